@@ -1,0 +1,368 @@
+"""The asyncio websocket client: moves frames, reconnects, and classifies closes.
+
+It knows nothing of the protocol's message rules; those live in
+:class:`plugrl_ros.protocol.connection.Connection`, driven by whoever
+consumes this client's events. What belongs here is the transport as
+PROTOCOL.md wants it: no compression, no frame size cap, no keepalive ping
+that could drop a healthy connection while the trainer is busy learning, the
+optional API key header, TLS, and what each kind of close means for
+reconnecting. Every connection gets an ``epoch``; a message queued for an
+earlier epoch is dropped rather than sent, which is what keeps a feedback
+from ever reaching a connection that did not send its action.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import ipaddress
+import logging
+import os
+import random
+import ssl
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import websockets
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from plugrl_ros.protocol.connection import Outgoing
+
+STOP_REASON = "plugrl-server-stop"
+RESYNC_REASON = "plugrl-server-resync"
+
+CLOSE_NORMAL = 1000
+CLOSE_PROTOCOL_ERROR = 1002
+CLOSE_UNSUPPORTED_DATA = 1003
+
+
+class CloseKind(enum.Enum):
+    """Why a connection ended, which decides what happens next."""
+
+    STOP = "run finished"  # plugrl-server-stop: exit, or wait for the next run
+    RESYNC = "resync"  # plugrl-server-resync: reconnect at once
+    LOST = "connection lost"  # anything else: reconnect with backoff
+    FATAL = "fatal"  # a text frame: close, send nothing more, exit non-zero
+    ABORTED = "aborted"  # we closed it: the trainer broke the protocol; reconnect with backoff
+    CLIENT = "client stopped"  # we are stopping: close 1000
+
+
+def classify_close(code: int | None, reason: str | None) -> CloseKind:
+    """The meaning of a close the trainer initiated (PROTOCOL.md, Closing)."""
+    if reason == STOP_REASON:
+        return CloseKind.STOP
+    if reason == RESYNC_REASON:
+        return CloseKind.RESYNC
+    return CloseKind.LOST
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How to reach the trainer. The API key itself is never stored here, only its variable's name."""
+
+    uri: str = "ws://localhost:8000"
+    api_key_env: str = ""
+    ca_file: str = ""
+    wait_for_next_run: bool = False
+    reconnect_initial_s: float = 0.5
+    reconnect_max_s: float = 10.0
+    open_timeout_s: float = 10.0
+    close_timeout_s: float = 5.0
+
+
+class Backoff:
+    """Exponential reconnect delays with jitter, bounded; reset after a connection that made progress."""
+
+    def __init__(self, initial_s: float, max_s: float, rng: random.Random | None = None) -> None:
+        self._initial = initial_s
+        self._max = max_s
+        self._rng = rng or random.Random()
+        self._failures = 0
+
+    def next_delay(self) -> float:
+        base = min(self._max, self._initial * (2 ** min(self._failures, 30)))
+        self._failures += 1
+        # "equal jitter": never below half the base, so a fleet of robots
+        # restarting together spreads out without hammering the trainer.
+        return base / 2 + self._rng.uniform(0, base / 2)
+
+    def reset(self) -> None:
+        self._failures = 0
+
+
+# -- events the client reports to its consumer -------------------------------
+
+
+@dataclass(frozen=True)
+class Connected:
+    epoch: int
+    uri: str
+
+
+@dataclass(frozen=True)
+class FrameReceived:
+    epoch: int
+    frame: bytes
+
+
+@dataclass(frozen=True)
+class Disconnected:
+    epoch: int
+    kind: CloseKind
+    detail: str
+
+
+@dataclass(frozen=True)
+class ConnectFailed:
+    detail: str
+    retry_in_s: float
+
+
+@dataclass(frozen=True)
+class Notice:
+    text: str
+
+
+Event = Connected | FrameReceived | Disconnected | ConnectFailed | Notice
+
+
+class _RedactAuthorization(logging.Filter):
+    """websockets logs handshake headers at DEBUG; the API key must never reach a log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except (TypeError, ValueError):
+            return False
+        return "authorization" not in text.lower()
+
+
+def _library_logger() -> logging.Logger:
+    logger = logging.getLogger("plugrl_ros.websockets")
+    if not any(isinstance(f, _RedactAuthorization) for f in logger.filters):
+        logger.addFilter(_RedactAuthorization())
+    return logger
+
+
+def is_loopback(uri: str) -> bool:
+    host = urllib.parse.urlsplit(uri).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class TrainerClient:
+    """Connects to the trainer and keeps connecting until the run ends or we stop.
+
+    All methods must be called on the event loop running :meth:`run`.
+    ``emit`` receives the events on that loop; it must not block.
+    """
+
+    def __init__(
+        self, settings: ClientSettings, emit: Callable[[Event], None], rng: random.Random | None = None
+    ) -> None:
+        self._settings = settings
+        self._emit = emit
+        self._backoff = Backoff(settings.reconnect_initial_s, settings.reconnect_max_s, rng)
+        self._epoch = 0
+        self._ws: ClientConnection | None = None
+        self._queue: asyncio.Queue[Outgoing | None] = asyncio.Queue()
+        self._stopping = asyncio.Event()
+        self._abort_detail: str | None = None
+        self._fatal_detail: str | None = None
+        self.frames_sent = 0
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    @property
+    def epoch(self) -> int:
+        """The current connection's epoch (0 before the first connection)."""
+        return self._epoch
+
+    # -- the consumer's commands ----------------------------------------
+
+    def send(self, epoch: int, outgoing: Outgoing) -> bool:
+        """Queue a message for connection ``epoch``; False (dropped) if that connection is gone."""
+        if epoch != self._epoch or self._ws is None or self._abort_detail is not None:
+            return False
+        self._queue.put_nowait(outgoing)
+        return True
+
+    def abort(self, epoch: int, detail: str) -> None:
+        """Close connection ``epoch`` because the trainer broke the protocol; reconnect later."""
+        if epoch == self._epoch and self._ws is not None and self._abort_detail is None:
+            self._abort_detail = detail
+            self._queue.put_nowait(None)
+
+    def stop(self) -> None:
+        """Stop for good: close the connection with 1000 and make :meth:`run` return."""
+        self._stopping.set()
+        self._queue.put_nowait(None)
+
+    # -- the loop --------------------------------------------------------
+
+    async def run(self) -> CloseKind:
+        """Connect and reconnect until the run finishes, a fatal error, or :meth:`stop`."""
+        if self._settings.uri.startswith("ws://") and not is_loopback(self._settings.uri):
+            self._emit(
+                Notice(
+                    f"{self._settings.uri} is plain ws:// to another host: the link is unauthenticated "
+                    "and unencrypted; use wss:// or a network you control"
+                )
+            )
+        while not self._stopping.is_set():
+            try:
+                ws = await connect(self._settings.uri, **self._connect_options())
+            except (OSError, InvalidHandshake, InvalidURI, asyncio.TimeoutError) as exc:
+                if isinstance(exc, InvalidURI):
+                    self._fatal_detail = f"invalid trainer URI {self._settings.uri!r}"
+                    return CloseKind.FATAL
+                delay = self._backoff.next_delay()
+                self._emit(ConnectFailed(_describe(exc), delay))
+                await self._sleep(delay)
+                continue
+            self._epoch += 1
+            self._ws = ws
+            self._abort_detail = None
+            self._queue = asyncio.Queue()
+            self._emit(Connected(self._epoch, self._settings.uri))
+            kind, detail, progressed = await self._serve(ws)
+            self._ws = None
+            self._emit(Disconnected(self._epoch, kind, detail))
+            if kind is CloseKind.FATAL:
+                self._fatal_detail = detail
+                return kind
+            if kind is CloseKind.CLIENT:
+                return kind
+            if kind is CloseKind.STOP and not self._settings.wait_for_next_run:
+                return kind
+            if progressed:
+                self._backoff.reset()
+            delay = 0.0 if kind is CloseKind.RESYNC and progressed else self._backoff.next_delay()
+            await self._sleep(delay)
+        return CloseKind.CLIENT
+
+    @property
+    def fatal_detail(self) -> str | None:
+        return self._fatal_detail
+
+    async def _serve(self, ws: ClientConnection) -> tuple[CloseKind, str, bool]:
+        writer = asyncio.ensure_future(self._write(ws))
+        frames = 0
+        try:
+            while True:
+                reader = asyncio.ensure_future(ws.recv())
+                done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+                if reader not in done:
+                    # the writer finished: we are stopping, aborting, or the send failed
+                    reader.cancel()
+                    await asyncio.gather(reader, return_exceptions=True)
+                    return await self._close_ours(ws, writer, frames)
+                try:
+                    frame = reader.result()
+                except ConnectionClosed:
+                    code, reason = _close_frame(ws)
+                    kind = CloseKind.CLIENT if self._stopping.is_set() else classify_close(code, reason)
+                    return kind, f"code {code}, reason {reason!r}", frames > 1
+                if isinstance(frame, str):
+                    # PROTOCOL.md: a text frame is fatal. Nothing more may be
+                    # sent, not even what is already queued.
+                    writer.cancel()
+                    await asyncio.gather(writer, return_exceptions=True)
+                    await ws.close(CLOSE_UNSUPPORTED_DATA, "text frame")
+                    return CloseKind.FATAL, f"the trainer sent a text frame: {frame[:200]!r}", frames > 1
+                frames += 1
+                self.bytes_received += len(frame)
+                self._emit(FrameReceived(self._epoch, frame))
+        finally:
+            # collect the writer's outcome too (a send that failed as the
+            # connection closed is expected, not an unretrieved error)
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+
+    async def _close_ours(
+        self, ws: ClientConnection, writer: asyncio.Future, frames: int
+    ) -> tuple[CloseKind, str, bool]:
+        exc = writer.exception() if not writer.cancelled() else None
+        if self._stopping.is_set():
+            await ws.close(CLOSE_NORMAL)
+            return CloseKind.CLIENT, "stopped", frames > 1
+        if self._abort_detail is not None:
+            await ws.close(CLOSE_PROTOCOL_ERROR, "protocol error")
+            return CloseKind.ABORTED, self._abort_detail, frames > 1
+        # the send failed because the connection closed under us
+        await ws.wait_closed()
+        code, reason = _close_frame(ws)
+        return (
+            classify_close(code, reason),
+            f"code {code}, reason {reason!r} ({_describe(exc) if exc else 'closed'})",
+            frames > 1,
+        )
+
+    async def _write(self, ws: ClientConnection) -> None:
+        queue = self._queue
+        while True:
+            outgoing = await queue.get()
+            if outgoing is None:
+                return
+            data = outgoing.encode()
+            await ws.send(data)
+            self.frames_sent += 1
+            self.bytes_sent += len(data)
+
+    async def _sleep(self, delay: float) -> None:
+        try:
+            await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+        except asyncio.TimeoutError:
+            pass
+
+    def _connect_options(self) -> dict[str, Any]:
+        s = self._settings
+        options: dict[str, Any] = {
+            "compression": None,  # permessage-deflate must not be negotiated
+            "max_size": None,  # frames of any size: metadata alone may pass 1 MiB
+            "ping_interval": None,  # the feedback timeout is the liveness check, not pings
+            "ping_timeout": None,
+            "open_timeout": s.open_timeout_s,
+            "close_timeout": s.close_timeout_s,
+            "logger": _library_logger(),
+        }
+        if _WEBSOCKETS_HAS_PROXY:
+            options["proxy"] = None  # a robot's HTTP proxy settings are not for the trainer link
+        if s.api_key_env:
+            key = os.environ.get(s.api_key_env, "")
+            if key:
+                options["additional_headers"] = {"Authorization": f"Api-Key {key}"}
+        if s.uri.startswith("wss://"):
+            options["ssl"] = ssl.create_default_context(cafile=s.ca_file or None)
+        return options
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+_WEBSOCKETS_HAS_PROXY = _version_tuple(websockets.__version__) >= (15, 0)
+
+
+def _close_frame(ws: ClientConnection) -> tuple[int | None, str | None]:
+    """The trainer's close code and reason (``ws.close_code`` only exists from websockets 14.1)."""
+    received = ws.protocol.close_rcvd
+    if received is None:
+        return 1006, None  # no close frame: the connection dropped
+    return received.code, received.reason
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]

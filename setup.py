@@ -1,0 +1,38 @@
+"""Build script: an ament_python ROS 2 package that also installs with plain pip."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "plugrl_ros"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+    ],
+    package_data={PACKAGE: ["config/*.yaml"]},
+    python_requires=">=3.10",
+    install_requires=["numpy", "msgpack>=1.0", "websockets>=13.0"],
+    zip_safe=True,
+    maintainer="plugrl_ros maintainers",
+    maintainer_email="maintainers@plugrl-ros.dev",
+    description="Bridge ROS 2 robots and simulators to a remote PlugRL reinforcement-learning trainer.",
+    license="Apache-2.0",
+    entry_points={
+        "console_scripts": [
+            "bridge = plugrl_ros.ros.bridge_node:main",
+            "probe_robot = plugrl_ros.tools.probe_robot:main",
+            "test_trainer = plugrl_ros.tools.test_trainer:main",
+            "plugrl-bridge = plugrl_ros.ros.bridge_node:main",
+            "plugrl-probe = plugrl_ros.tools.probe:main",
+            "plugrl-probe-robot = plugrl_ros.tools.probe_robot:main",
+            "plugrl-test-trainer = plugrl_ros.tools.test_trainer:main",
+        ],
+    },
+)
