@@ -1,0 +1,4 @@
+"""The rollout core: per-env chunks, rewards, episodes and the multi-env scheduler.
+
+Pure Python with no ROS, no network and no wall clock (DESIGN.md layer 2).
+"""

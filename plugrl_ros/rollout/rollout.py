@@ -1,0 +1,279 @@
+"""The rollout core: n envs sharing one trainer connection, with no ROS, network or wall clock.
+
+A driver (the ROS bridge node, or the headless probe) feeds it the trainer's
+frames and the envs' step results, asks it which action each env applies
+next, and calls :meth:`Rollout.poll` to get the messages to send. The core
+owns the connection's rules (through
+:class:`plugrl_ros.protocol.connection.Connection`) and each env's chunk and
+episode (:class:`EnvRollout`); the scheduling rule is
+:func:`plugrl_ros.rollout.scheduler.decide_feedback`. Time comes from an
+injected clock, so all of it is deterministic under test.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from plugrl_ros.protocol.connection import SAME_AS_FEEDBACK, Connection, Outgoing, Phase
+from plugrl_ros.protocol.errors import ProtocolError
+from plugrl_ros.protocol.messages import ActionChunk, Metadata, Row, TextFormat, action_width, episode_info
+from plugrl_ros.rollout.env_rollout import EnvRollout
+from plugrl_ros.rollout.scheduler import Decision, Timing, decide_feedback
+
+Capture = Callable[[int], "Row | None"]
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """What the core needs to know about the envs and the trainer."""
+
+    n_envs: int
+    min_action_width: int = 1  # the sinks read action values [0, min_action_width)
+    action_horizon: int | None = None  # expected H when the trainer does not announce it
+    action_width: int | None = None  # expected width when the trainer does not announce it
+    replan_steps: int = 0  # run at most this many steps of each chunk; 0 = all
+    max_episode_steps: int = 0  # 0 = no time limit
+    feedback_deadline_s: float = 30.0
+    batch_window_s: float = 0.02
+    use_reuse: bool = True
+    text_format: TextFormat = "array"
+
+
+@dataclass(frozen=True)
+class FrameResult:
+    """What a trainer frame meant for the driver."""
+
+    kind: Literal["metadata", "action", "error", "ignored"]
+    envs: tuple[int, ...] = ()
+    detail: str = ""
+    metadata: Metadata | None = None
+
+
+class Rollout:
+    """All envs of one bridge, their shared connection, and the scheduling between them."""
+
+    def __init__(self, settings: RolloutSettings, clock: Callable[[], float]) -> None:
+        assert settings.n_envs >= 1
+        self.settings = settings
+        self._clock = clock
+        self.envs = [EnvRollout(i, settings.max_episode_steps) for i in range(settings.n_envs)]
+        self.connection: Connection | None = None
+        self.epoch = 0
+        self.metadata: Metadata | None = None
+        self.paused = False
+        self._broken = False  # the trainer broke the protocol; await the close
+        self._infer_sent_at = 0.0
+        self._action_received_at = 0.0
+        self._first_pending_at: float | None = None
+        # lifetime counters
+        self.connections = 0
+        self.actions_received = 0
+        self.feedbacks_sent = 0
+        self.infers_sent = 0
+        self.infer_latencies: deque[float] = deque(maxlen=200)
+
+    # -- the trainer side ------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self.connection is not None and not self._broken
+
+    def on_connected(self, epoch: int) -> None:
+        assert all(not e.holds_action and not e.inferring for e in self.envs)
+        self.connection = Connection(use_reuse=self.settings.use_reuse, text_format=self.settings.text_format)
+        self.epoch = epoch
+        self.metadata = None
+        self._broken = False
+        self.connections += 1
+
+    def on_frame(self, epoch: int, frame: bytes) -> FrameResult:
+        """A frame from connection ``epoch``; an ``error`` result means: close it and reconnect."""
+        if epoch != self.epoch or self.connection is None or self._broken:
+            return FrameResult("ignored")
+        try:
+            received = self.connection.receive(frame)
+            if isinstance(received, Metadata):
+                self.metadata = received
+                return FrameResult("metadata", metadata=received)
+            self._check_shape(received)
+        except ProtocolError as exc:
+            self._broken = True
+            return FrameResult("error", detail=str(exc))
+        now = self._clock()
+        self._action_received_at = now
+        self.infer_latencies.append(now - self._infer_sent_at)
+        self.actions_received += 1
+        steps = received.horizon
+        if self.settings.replan_steps > 0:
+            steps = min(steps, self.settings.replan_steps)
+        width = action_width(received)
+        for row, env_index in enumerate(received.env_ids):
+            actions = received.actions[:steps, row].reshape(steps, width)
+            self.envs[env_index].start_chunk(actions)
+            if self.paused:
+                # the episode is being truncated: one step, then feedback
+                self.envs[env_index].cut = self.envs[env_index].truncate = True
+        return FrameResult("action", envs=received.env_ids)
+
+    def _check_shape(self, chunk: ActionChunk) -> None:
+        horizon, width = self.expected_horizon, self.expected_width
+        got = action_width(chunk)
+        if horizon is not None and chunk.horizon != horizon:
+            raise ProtocolError("action.data.action", f"horizon {chunk.horizon}, but the expected horizon is {horizon}")
+        if width is not None and got != width:
+            raise ProtocolError("action.data.action", f"width {got} per step, but the expected width is {width}")
+        if got < self.settings.min_action_width:
+            raise ProtocolError(
+                "action.data.action",
+                f"width {got} per step, but the configured actions read {self.settings.min_action_width} values",
+            )
+
+    @property
+    def expected_horizon(self) -> int | None:
+        announced = self.metadata.action_horizon if self.metadata else None
+        return announced or self.settings.action_horizon
+
+    @property
+    def expected_width(self) -> int | None:
+        announced = self.metadata.action_dim if self.metadata else None
+        return announced or self.settings.action_width
+
+    def on_disconnected(self, epoch: int) -> tuple[int, ...]:
+        """Connection ``epoch`` closed: drop every chunk and held feedback; the envs that lost one."""
+        if epoch != self.epoch or self.connection is None:
+            return ()
+        self.connection.close()
+        self.connection = None
+        self._first_pending_at = None
+        return tuple(e.index for e in self.envs if e.lose_action())
+
+    # -- the env side ----------------------------------------------------
+
+    def take_step(self, env: int) -> np.ndarray | None:
+        """The action ``env`` applies now (its step is then in flight), or None: idle."""
+        return self.envs[env].take_step()
+
+    def step_in_flight(self, env: int) -> bool:
+        return self.envs[env].step_in_flight
+
+    def finish_step(
+        self,
+        env: int,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        success: bool,
+        row: Row,
+        interrupted: bool = False,
+    ) -> bool:
+        """Record the result of ``env``'s step in flight; True if its chunk ended."""
+        ended = self.envs[env].finish_step(reward, terminated, truncated, success, row, interrupted)
+        if ended and self._first_pending_at is None:
+            self._first_pending_at = self._clock()
+        return ended
+
+    def needs_reset(self, env: int) -> bool:
+        return self.envs[env].needs_reset
+
+    def reset_done(self, env: int) -> None:
+        self.envs[env].reset_done()
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause: no new chunks; running chunks end after their step in flight, episodes truncated."""
+        self.paused = paused
+        if paused:
+            for env in self.envs:
+                if env.chunk is not None:
+                    env.cut = env.truncate = True
+
+    # -- scheduling ------------------------------------------------------
+
+    def poll(self, capture: Capture) -> list[Outgoing]:
+        """The messages to send now. ``capture(env)`` returns its fresh observation, or None."""
+        conn = self.connection
+        if conn is None or self._broken:
+            return []
+        out: list[Outgoing] = []
+        reusable: set[int] = set()
+        rows: dict[int, Row] = {}
+        if conn.phase is Phase.FEEDBACK:
+            now = self._clock()
+            timing = Timing(
+                now=now,
+                action_received_at=self._action_received_at,
+                first_pending_at=self._first_pending_at if self._first_pending_at is not None else now,
+                deadline_s=self.settings.feedback_deadline_s,
+                batch_window_s=self.settings.batch_window_s,
+            )
+            if not self.paused:
+                rows = self._capture_idle(capture, include_resetting_pending=True)
+            decision = decide_feedback(self.envs, bool(rows), self.paused, timing)
+            if decision is Decision.SEND:
+                feedback, reusable = self._feedback(conn)
+                out.append(feedback)
+            elif decision is Decision.CUT:
+                for env in self.envs:
+                    if env.chunk is not None:
+                        env.cut = True
+        if conn.phase is Phase.INFER and not self.paused:
+            if not out:
+                rows = self._capture_idle(capture, include_resetting_pending=False)
+            for env in reusable:
+                rows[env] = SAME_AS_FEEDBACK
+            if rows:
+                out.append(self._infer(conn, rows))
+        return out
+
+    def _capture_idle(self, capture: Capture, include_resetting_pending: bool) -> dict[int, Row]:
+        rows: dict[int, Row] = {}
+        for env in self.envs:
+            # an env whose terminal feedback is pending and whose reset is
+            # done will be idle as soon as that feedback is sent
+            will_be_idle = (
+                include_resetting_pending
+                and env.pending is not None
+                and env.pending.ends_episode
+                and not env.needs_reset
+            )
+            if env.idle or will_be_idle:
+                row = capture(env.index)
+                if row is not None:
+                    rows[env.index] = row
+        return rows
+
+    def _feedback(self, conn: Connection) -> tuple[Outgoing, set[int]]:
+        sent = [e for e in self.envs if e.pending is not None]
+        results = [e.fed_back() for e in sent]
+        ended = [r.episode is not None for r in results]
+        info = episode_info(
+            ended,
+            [r.episode.ret if r.episode else 0.0 for r in results],
+            [r.episode.length if r.episode else 0 for r in results],
+            [r.episode.success if r.episode else False for r in results],
+        )
+        outgoing = conn.feedback(
+            [e.index for e in sent],
+            [r.step_id for r in results],
+            [r.row for r in results],
+            [r.reward for r in results],
+            [r.terminated for r in results],
+            [r.truncated for r in results],
+            info,
+        )
+        self.feedbacks_sent += 1
+        self._first_pending_at = None
+        return outgoing, {e.index for e, r in zip(sent, results) if not r.ends_episode}
+
+    def _infer(self, conn: Connection, rows: dict[int, Row]) -> Outgoing:
+        envs = sorted(rows)
+        outgoing = conn.infer(envs, [self.envs[i].step_id for i in envs], [rows[i] for i in envs])
+        for i in envs:
+            self.envs[i].inferring = True
+        self._infer_sent_at = self._clock()
+        self.infers_sent += 1
+        return outgoing

@@ -1,0 +1,443 @@
+"""The rollout core: chunk accounting, episodes, reconnects, pausing, and multi-env scheduling.
+
+The scheduling tests run a deterministic simulation of timer-mode stepping
+(a fake clock, a trainer with latency, robots that reset for different
+durations or go silent) and check the invariants of DESIGN.md on every run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from plugrl_ros.protocol import codec
+from plugrl_ros.protocol.connection import Phase
+from plugrl_ros.protocol.messages import ObservationRow
+from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
+from plugrl_ros.tools.probe_env import action_value, episode_length
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def obs(t: float) -> ObservationRow:
+    return ObservationRow(states={"t": np.array([float(t)])})
+
+
+def metadata_frame(horizon=None, width=None, features=()) -> bytes:
+    data = {"features": list(features)}
+    if horizon:
+        data["action_horizon"] = horizon
+    if width:
+        data["action_dim"] = width
+    return codec.packb({"message_type": "metadata", "data": data})
+
+
+def action_frame(env_ids, horizon, width) -> bytes:
+    values = np.array(
+        [[[action_value(k, e, j) for j in range(width)] for e in env_ids] for k in range(horizon)], dtype="<f4"
+    ).reshape(horizon, len(env_ids), width)
+    return codec.packb({"message_type": "action", "data": {"env_ids": np.asarray(env_ids, "<i8"), "action": values}})
+
+
+def connect(rollout: Rollout, horizon=3, width=1, features=()) -> None:
+    rollout.on_connected(rollout.epoch + 1)
+    result = rollout.on_frame(rollout.epoch, metadata_frame(horizon, width, features))
+    assert result.kind == "metadata"
+
+
+def messages(outgoing) -> list[dict]:
+    return [codec.unpackb(o.encode()) for o in outgoing]
+
+
+def answer(rollout: Rollout, infer: dict, horizon=3, width=1) -> None:
+    envs = infer["env_indices"].tolist()
+    result = rollout.on_frame(rollout.epoch, action_frame(envs, horizon, width))
+    assert result.kind == "action", result.detail
+
+
+def test_a_chunk_feeds_back_the_summed_reward_and_the_observation_after_its_last_step():
+    rollout = Rollout(RolloutSettings(n_envs=1), Clock())
+    connect(rollout, horizon=3)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    assert infer["message_type"] == "infer" and infer["step_ids"].tolist() == [0]
+    answer(rollout, infer)
+    for k, reward in enumerate([0.5, 1.0, 2.0]):
+        assert rollout.take_step(0).tolist() == [action_value(k, 0, 0)]
+        assert rollout.take_step(0) is None  # one step at a time
+        ended = rollout.finish_step(0, reward, False, False, False, obs(k + 1))
+        assert ended == (k == 2)
+    feedback, infer2 = messages(rollout.poll(lambda env: obs(99)))
+    assert feedback["message_type"] == "feedback"
+    assert feedback["data"]["rewards"].tolist() == [3.5]
+    assert feedback["data"]["obs"]["states"]["t"].tolist() == [[3.0]]
+    assert feedback["step_ids"].tolist() == [0]
+    assert feedback["data"]["info"] == {}
+    # without the reuse feature the feedback's observation is sent again, not a new capture
+    assert infer2["data"]["states"]["t"].tolist() == [[3.0]]
+    assert infer2["step_ids"].tolist() == [1]
+
+
+def test_reuse_is_used_when_offered_so_the_observation_crosses_once():
+    rollout = Rollout(RolloutSettings(n_envs=2), Clock())
+    connect(rollout, horizon=1, features=["reuse-feedback-obs"])
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=1)
+    for env in (0, 1):
+        rollout.take_step(env)
+        rollout.finish_step(env, 1.0, env == 1, False, False, obs(1))
+    rollout.reset_done(1)
+    _, infer2 = messages(rollout.poll(lambda env: obs(0)))
+    assert infer2["env_indices"].tolist() == [0, 1]
+    # env 0's feedback was not terminal: reused; env 1 ended its episode: its reset observation is sent
+    assert infer2["reuse"].tolist() == [True, False]
+    assert infer2["data"]["states"]["t"].tolist() == [[0.0]]
+
+
+def test_the_terminal_observation_is_fed_back_and_the_reset_observation_starts_the_next_episode():
+    rollout = Rollout(RolloutSettings(n_envs=1), Clock())
+    connect(rollout, horizon=5)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=5)
+    rollout.take_step(0)
+    rollout.finish_step(0, 1.0, False, False, False, obs(1))
+    rollout.take_step(0)
+    assert rollout.finish_step(0, 1.0, True, False, True, obs(2))  # terminal at step 2 of 5: the chunk ends
+    assert rollout.take_step(0) is None
+    assert rollout.needs_reset(0)
+    [feedback] = messages(rollout.poll(lambda env: obs(0)))  # no infer: the env is resetting
+    assert feedback["data"]["terminated"].tolist() == [True]
+    assert feedback["data"]["obs"]["states"]["t"].tolist() == [[2.0]]
+    episode = feedback["data"]["info"]["episode"]
+    assert episode["r"].tolist() == [2.0] and episode["l"].tolist() == [2]
+    assert episode["s"].tolist() == [True] and episode["mask"].tolist() == [True]
+    assert rollout.poll(lambda env: obs(0)) == []
+    rollout.reset_done(0)
+    [infer2] = messages(rollout.poll(lambda env: obs(0)))
+    assert infer2["step_ids"].tolist() == [0]
+    assert infer2["data"]["states"]["t"].tolist() == [[0.0]]
+    assert rollout.envs[0].episodes == 1 and rollout.envs[0].last_return == 2.0
+
+
+def test_max_episode_steps_truncates_and_info_masks_only_ending_rows():
+    rollout = Rollout(RolloutSettings(n_envs=2, max_episode_steps=2), Clock())
+    connect(rollout, horizon=2)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=2)
+    rollout.take_step(0)
+    rollout.finish_step(0, 1.0, False, False, False, obs(1))
+    rollout.take_step(0)
+    rollout.finish_step(0, 1.0, False, False, False, obs(2))
+    rollout.take_step(1)
+    rollout.finish_step(1, 1.0, True, False, False, obs(1))
+    [feedback] = messages(rollout.poll(lambda env: None))
+    assert feedback["data"]["truncated"].tolist() == [True, False]
+    assert feedback["data"]["terminated"].tolist() == [False, True]
+    assert feedback["data"]["info"]["episode"]["mask"].tolist() == [True, True]
+    assert feedback["data"]["info"]["episode"]["l"].tolist() == [2, 1]
+
+
+def test_replan_steps_runs_only_a_prefix_of_each_chunk():
+    rollout = Rollout(RolloutSettings(n_envs=1, replan_steps=2), Clock())
+    connect(rollout, horizon=5)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=5)
+    rollout.take_step(0)
+    assert not rollout.finish_step(0, 1.0, False, False, False, obs(1))
+    rollout.take_step(0)
+    assert rollout.finish_step(0, 1.0, False, False, False, obs(2))
+
+
+@pytest.mark.parametrize(
+    ("settings", "frame", "problem"),
+    [
+        ({"action_horizon": 4}, action_frame([0], 3, 1), "horizon 3, but the expected horizon is 4"),
+        ({"action_width": 2}, action_frame([0], 3, 1), "width 1 per step, but the expected width is 2"),
+        ({"min_action_width": 3}, action_frame([0], 3, 2), "the configured actions read 3 values"),
+    ],
+)
+def test_actions_of_the_wrong_shape_are_protocol_errors(settings, frame, problem):
+    rollout = Rollout(RolloutSettings(n_envs=1, **settings), Clock())
+    rollout.on_connected(1)
+    rollout.on_frame(1, metadata_frame())
+    rollout.poll(lambda env: obs(0))
+    result = rollout.on_frame(1, frame)
+    assert result.kind == "error" and problem in result.detail
+    assert rollout.take_step(0) is None  # nothing reaches an actuator
+    assert rollout.poll(lambda env: obs(0)) == []  # and nothing more is sent on that connection
+
+
+def test_the_announced_shape_wins_over_the_configured_one():
+    rollout = Rollout(RolloutSettings(n_envs=1, action_horizon=8, action_width=7), Clock())
+    connect(rollout, horizon=3, width=2)
+    assert (rollout.expected_horizon, rollout.expected_width) == (3, 2)
+
+
+def test_a_close_drops_held_feedback_and_running_chunks_and_the_next_connection_starts_with_an_infer():
+    rollout = Rollout(RolloutSettings(n_envs=2), Clock())
+    connect(rollout, horizon=3, features=["reuse-feedback-obs"])
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer)
+    rollout.take_step(0)
+    rollout.finish_step(0, 1.0, True, False, False, obs(1))  # env 0: terminal feedback pending
+    rollout.take_step(1)  # env 1: mid-chunk
+    assert rollout.on_disconnected(rollout.epoch) == (0, 1)
+    assert rollout.take_step(1) is None
+    assert rollout.poll(lambda env: obs(0)) == []
+    rollout.reset_done(0)
+    connect(rollout, horizon=3, features=["reuse-feedback-obs"])
+    rollout.finish_step(1, 1.0, False, False, False, obs(1))  # env 1's last step reports after the close
+    [first] = messages(rollout.poll(lambda env: obs(7)))
+    assert first["message_type"] == "infer" and "reuse" not in first
+    assert first["env_indices"].tolist() == [0, 1]
+    assert first["step_ids"].tolist() == [0, 0]  # env 0's episode ended; env 1's continues at chunk 0
+
+
+def test_frames_of_an_old_connection_are_ignored():
+    rollout = Rollout(RolloutSettings(n_envs=1), Clock())
+    connect(rollout)
+    rollout.poll(lambda env: obs(0))
+    assert rollout.on_frame(rollout.epoch - 1, action_frame([0], 3, 1)).kind == "ignored"
+
+
+def test_pause_truncates_running_episodes_and_stops_new_chunks():
+    rollout = Rollout(RolloutSettings(n_envs=1), Clock())
+    connect(rollout, horizon=3)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer)
+    rollout.take_step(0)
+    rollout.set_paused(True)
+    assert rollout.finish_step(0, 1.0, False, False, False, obs(1))
+    [feedback] = messages(rollout.poll(lambda env: obs(1)))
+    assert feedback["data"]["truncated"].tolist() == [True]
+    rollout.reset_done(0)
+    assert rollout.poll(lambda env: obs(0)) == []
+    rollout.set_paused(False)
+    assert messages(rollout.poll(lambda env: obs(0)))[0]["message_type"] == "infer"
+
+
+def test_an_action_arriving_while_paused_runs_one_step_after_resuming_and_truncates():
+    rollout = Rollout(RolloutSettings(n_envs=1), Clock())
+    connect(rollout, horizon=3)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    rollout.set_paused(True)
+    answer(rollout, infer)
+    rollout.set_paused(False)
+    rollout.take_step(0)
+    assert rollout.finish_step(0, 1.0, False, False, False, obs(1))
+    [feedback] = messages(rollout.poll(lambda env: None))
+    assert feedback["data"]["truncated"].tolist() == [True]
+
+
+def test_an_interrupted_step_cuts_the_chunk_without_ending_the_episode():
+    rollout = Rollout(RolloutSettings(n_envs=1), Clock())
+    connect(rollout, horizon=3)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer)
+    rollout.take_step(0)
+    assert rollout.finish_step(0, 1.0, False, False, False, obs(1), interrupted=True)
+    feedback, infer2 = messages(rollout.poll(lambda env: obs(1)))
+    assert feedback["data"]["truncated"].tolist() == [False] and feedback["data"]["terminated"].tolist() == [False]
+    assert infer2["step_ids"].tolist() == [1]
+
+
+# -- scheduling: a deterministic timer-mode simulation ------------------------
+
+
+@dataclass
+class SimEnv:
+    index: int
+    reset_s: float = 0.0  # how long a reset takes
+    silent: tuple[float, float] | None = None  # sensors silent in [start, end)
+    t: int = 0
+    reset_until: float | None = None
+    chunk_ended_at: float | None = None
+    waits: list[float] = field(default_factory=list)  # chunk end (non-terminal) -> next chunk start
+    max_hold: float = 0.0
+
+
+class Simulation:
+    """Timer-mode stepping of probe-like envs against a trainer answering after ``latency``."""
+
+    def __init__(self, envs: list[SimEnv], horizon=4, dt=0.02, latency=0.005, deadline=30.0, features=()):
+        self.clock = Clock()
+        self.horizon, self.dt, self.latency = horizon, dt, latency
+        self.envs = envs
+        self.rollout = Rollout(
+            RolloutSettings(n_envs=len(envs), feedback_deadline_s=deadline, batch_window_s=0.0), self.clock
+        )
+        self.features = features
+        connect(self.rollout, horizon=horizon, features=features)
+        self.inflight: tuple[float, list[int]] | None = None
+        self.t_at_infer: dict[int, int] = {}
+        self.feedback_rows = 0
+        self.pending_since: dict[int, float] = {}
+        self.max_phase_feedback = 0.0
+        self.phase_feedback_since: float | None = None
+
+    def silent(self, env: SimEnv) -> bool:
+        return env.silent is not None and env.silent[0] <= self.clock.now < env.silent[1]
+
+    def capture(self, i: int) -> ObservationRow | None:
+        env = self.envs[i]
+        if self.silent(env) or env.reset_until is not None:
+            return None
+        return obs(env.t)
+
+    def run(self, seconds: float) -> None:
+        ticks = int(seconds / self.dt)
+        for _ in range(ticks):
+            self.clock.now = round(self.clock.now + self.dt, 9)
+            if self.inflight is not None and self.inflight[0] <= self.clock.now:
+                self._deliver()
+            self._tick()
+
+    def _deliver(self) -> None:
+        _, envs = self.inflight
+        self.inflight = None
+        frame = action_frame(envs, self.horizon, 1)
+        assert self.rollout.on_frame(self.rollout.epoch, frame).kind == "action"
+        self.phase_feedback_since = self.clock.now
+        for i in envs:
+            env = self.envs[i]
+            if env.chunk_ended_at is not None:
+                env.waits.append(self.clock.now - env.chunk_ended_at)
+                env.chunk_ended_at = None
+
+    def _tick(self) -> None:
+        now = self.clock.now
+        for env in self.envs:
+            i = env.index
+            if self.rollout.step_in_flight(i):
+                if self.silent(env):
+                    continue
+                terminated = env.t >= episode_length(i)
+                if self.rollout.finish_step(i, 1.0, terminated, False, False, obs(env.t)):
+                    self.pending_since[i] = now
+                    if not terminated:
+                        env.chunk_ended_at = now
+            if self.rollout.needs_reset(i):
+                if env.reset_until is None:
+                    env.reset_until = now + env.reset_s
+                if now >= env.reset_until:
+                    env.t = 0
+                    env.reset_until = None
+                    self.rollout.reset_done(i)
+        for message in messages(self.rollout.poll(self.capture)):
+            self._check(message)
+        for env in self.envs:
+            if self.rollout.take_step(env.index) is not None:
+                env.t += 1
+
+    def _check(self, message: dict) -> None:
+        now = self.clock.now
+        envs = message["env_indices"].tolist()
+        if message["message_type"] == "feedback":
+            self.max_phase_feedback = max(self.max_phase_feedback, now - (self.phase_feedback_since or now))
+            self.phase_feedback_since = None
+            data = message["data"]
+            for row, i in enumerate(envs):
+                t = int(data["obs"]["states"]["t"][row, 0])
+                steps = t - self.t_at_infer.pop(i)
+                assert 1 <= steps <= self.horizon
+                assert data["rewards"][row] == steps  # the chunk sum
+                assert bool(data["terminated"][row]) == (t == episode_length(i))  # terminal observation
+                self.envs[i].max_hold = max(self.envs[i].max_hold, now - self.pending_since.pop(i))
+                self.feedback_rows += 1
+        else:
+            assert self.inflight is None
+            self.inflight = (now + self.latency, envs)
+            reuse = message.get("reuse")
+            sent = iter(message["data"]["states"]["t"][:, 0].tolist())
+            for row, i in enumerate(envs):
+                if reuse is not None and reuse[row]:
+                    self.t_at_infer[i] = self.envs[i].t
+                else:
+                    self.t_at_infer[i] = int(next(sent))
+
+
+def chunk_s(sim: Simulation) -> float:
+    return sim.horizon * sim.dt
+
+
+@pytest.mark.parametrize("features", [(), ("reuse-feedback-obs",)])
+def test_a_robot_resetting_for_seconds_never_freezes_the_others_longer_than_one_chunk(features):
+    envs = [SimEnv(0, reset_s=5.0), SimEnv(1, reset_s=0.0), SimEnv(2, reset_s=0.1), SimEnv(3, reset_s=1.3)]
+    sim = Simulation(envs, horizon=4, features=features)
+    sim.run(40.0)
+    bound = chunk_s(sim) + sim.latency + 2 * sim.dt
+    assert envs[1].waits and envs[2].waits  # episodes of 5 and 7 steps span several chunks of 4
+    for env in envs:
+        assert sim.rollout.envs[env.index].episodes >= 5
+        assert max(env.waits, default=0.0) <= bound + 1e-9, (env.index, max(env.waits))
+    # a held terminal feedback waits at most one chunk of a running env
+    assert max(e.max_hold for e in envs) <= chunk_s(sim) + sim.latency + 2 * sim.dt + 1e-9
+    assert sim.feedback_rows > 500
+
+
+def test_an_env_whose_sensors_go_silent_does_not_stall_the_others_and_resumes():
+    envs = [SimEnv(0, silent=(2.0, 12.0)), SimEnv(1), SimEnv(2, reset_s=0.5)]
+    sim = Simulation(envs, horizon=3)
+    sim.run(20.0)
+    bound = chunk_s(sim) + sim.latency + 2 * sim.dt
+    assert max(envs[1].waits) <= bound + 1e-9
+    assert max(envs[2].waits) <= bound + 1e-9
+    resumed = sim.rollout.envs[0].steps_total
+    assert resumed > (20.0 - 10.0) / sim.dt * 0.5  # env 0 stepped after its sensors came back
+
+
+def test_held_feedback_goes_out_before_the_deadline_even_if_every_running_env_is_stuck():
+    # env 1 holds a chunk but its sensors are silent for 100 s; env 0 terminates
+    # and resets slowly; the feedback must still go out within the deadline.
+    envs = [SimEnv(0, reset_s=200.0), SimEnv(1, silent=(0.05, 100.0))]
+    sim = Simulation(envs, horizon=10, deadline=5.0)
+    sim.run(30.0)
+    assert sim.max_phase_feedback <= 5.0 + sim.dt + 1e-9
+    assert sim.rollout.connection.phase in (Phase.INFER, Phase.FEEDBACK)
+
+
+def test_the_deadline_cuts_long_chunks_so_the_trainer_never_times_out():
+    envs = [SimEnv(0)]
+    sim = Simulation(envs, horizon=1000, dt=0.1, deadline=2.0)
+    sim.run(20.0)
+    assert sim.feedback_rows >= 8
+    assert sim.max_phase_feedback <= 2.0 + 2 * sim.dt
+
+
+@pytest.mark.parametrize(("n", "resets"), list(itertools.product([1, 2, 5], [(0.0,), (0.0, 0.7, 3.0)])))
+def test_ragged_episodes_and_resets_keep_every_invariant(n, resets):
+    envs = [SimEnv(i, reset_s=resets[i % len(resets)]) for i in range(n)]
+    sim = Simulation(envs, horizon=3, features=("reuse-feedback-obs",))
+    sim.run(15.0)
+    bound = chunk_s(sim) + sim.latency + 2 * sim.dt
+    for env in envs:
+        assert max(env.waits, default=0.0) <= bound + 1e-9
+        assert sim.rollout.envs[env.index].episodes >= 3
+
+
+def test_a_step_in_flight_when_the_connection_drops_still_counts_and_can_end_the_episode():
+    rollout = Rollout(RolloutSettings(n_envs=1), Clock())
+    connect(rollout, horizon=3)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer)
+    rollout.take_step(0)
+    rollout.finish_step(0, 1.0, False, False, False, obs(1))
+    rollout.take_step(0)  # the robot is executing this step when the connection drops
+    assert rollout.on_disconnected(rollout.epoch) == (0,)
+    connect(rollout, horizon=3)
+    assert rollout.poll(lambda env: obs(2)) == []  # mid-step: no observation to start a chunk from yet
+    assert rollout.step_in_flight(0)
+    assert not rollout.finish_step(0, 1.0, True, False, False, obs(2))  # terminal, but nothing to feed back
+    assert rollout.needs_reset(0) and rollout.envs[0].episodes == 1 and rollout.envs[0].last_return == 2.0
+    assert rollout.poll(lambda env: obs(2)) == []  # resetting
+    rollout.reset_done(0)
+    [infer2] = messages(rollout.poll(lambda env: obs(0)))
+    assert infer2["step_ids"].tolist() == [0] and infer2["data"]["states"]["t"].tolist() == [[0.0]]
