@@ -1,0 +1,1 @@
+"""Commands and fixtures shipped with plugrl_ros: the probe, the test trainer, the demo."""

@@ -1,0 +1,105 @@
+"""Helpers for tests that run real processes: the test trainer in a thread, ROS processes, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from plugrl_ros.tools.test_trainer import Report, TestTrainer, TrainerSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class TrainerThread:
+    """The protocol-checking test trainer, serving on its own event loop thread."""
+
+    def __init__(self, settings: TrainerSettings) -> None:
+        self.settings = settings
+        self._ready: concurrent.futures.Future[int] = concurrent.futures.Future()
+        self._report: concurrent.futures.Future[Report] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        async def serve() -> Report:
+            trainer = TestTrainer(self.settings)
+            self._ready.set_result(await trainer.start())
+            return await trainer.finished()
+
+        try:
+            self._report.set_result(asyncio.run(serve()))
+        except BaseException as exc:  # hand any failure to the test thread
+            if not self._ready.done():
+                self._ready.set_exception(exc)
+            self._report.set_exception(exc)
+
+    def start(self) -> int:
+        self._thread.start()
+        return self._ready.result(timeout=10)
+
+    @property
+    def uri(self) -> str:
+        return f"ws://127.0.0.1:{self._ready.result()}"
+
+    def report(self, timeout: float) -> Report:
+        return self._report.result(timeout=timeout)
+
+
+def ros_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+class Child:
+    """A child process whose output goes to a file (a full pipe would block it)."""
+
+    def __init__(self, command: list[str], env: dict[str, str] | None = None) -> None:
+        self._log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            command, env=env or ros_env(), stdout=self._log, stderr=subprocess.STDOUT, text=True
+        )
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        return stop(self.proc, timeout)
+
+    def output(self) -> str:
+        self._log.seek(0)
+        return self._log.read()
+
+
+@contextmanager
+def process(command: list[str], env: dict[str, str] | None = None) -> Iterator[Child]:
+    """A child process that is stopped with SIGINT (never -9: DDS leaves shm files) when the block ends."""
+    child = Child(command, env)
+    try:
+        yield child
+    finally:
+        child.stop()
+
+
+def stop(proc: subprocess.Popen, timeout: float = 15.0) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
