@@ -1,0 +1,171 @@
+"""Reading one section of the bridge's parameters, with errors that name the key.
+
+ROS 2 flattens a params file into dotted names; the bridge folds them back
+into nested dicts and hands each section to the code that understands it.
+A :class:`Section` is that code's view: typed getters that coerce what is
+safe to coerce (an int where a float is wanted) and otherwise raise a
+:class:`ConfigError` with the full dotted key, the value given and what is
+allowed. :meth:`Section.finish` then rejects any key nobody read, so a typo
+fails at startup instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+_MISSING: Any = object()
+
+
+class ConfigError(Exception):
+    """A user mistake in the configuration: names the key, the value, what is allowed."""
+
+    def __init__(self, key: str, value: Any, allowed: str) -> None:
+        shown = "(missing)" if value is _MISSING else repr(value)
+        super().__init__(f"{key}: got {shown}; {allowed}")
+        self.key = key
+        self.value = value
+        self.allowed = allowed
+
+
+class Section:
+    """The parameters under one dotted prefix, read through typed getters."""
+
+    def __init__(self, values: Mapping[str, Any], prefix: str) -> None:
+        self._values = dict(values)
+        self.prefix = prefix
+        self._read: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    def has(self, name: str) -> bool:
+        return name in self._values
+
+    def names(self) -> list[str]:
+        return list(self._values)
+
+    def values(self) -> dict[str, Any]:
+        """A copy of this section's raw values (to build another reader over them)."""
+        return dict(self._values)
+
+    def _get(self, name: str, default: Any) -> Any:
+        self._read.add(name)
+        value = self._values.get(name, _MISSING)
+        if value is _MISSING and default is _MISSING:
+            raise ConfigError(self.key(name), _MISSING, "this key is required")
+        return default if value is _MISSING else value
+
+    def section(self, name: str, required: bool = False) -> Section:
+        """A nested section (``{}`` if absent and not required)."""
+        value = self._get(name, _MISSING if required else {})
+        if not isinstance(value, Mapping):
+            raise ConfigError(self.key(name), value, "expected a map of keys")
+        return Section(value, self.key(name))
+
+    def str(self, name: str, default: Any = _MISSING, choices: Sequence[str] | None = None) -> str:
+        value = self._get(name, default)
+        if not isinstance(value, str):
+            raise ConfigError(self.key(name), value, "expected a string")
+        if choices is not None and value not in choices:
+            raise ConfigError(self.key(name), value, f"allowed: {', '.join(choices)}")
+        return value
+
+    def bool(self, name: str, default: Any = _MISSING) -> bool:
+        value = self._get(name, default)
+        if not isinstance(value, bool):
+            raise ConfigError(self.key(name), value, "expected true or false")
+        return value
+
+    def int(self, name: str, default: Any = _MISSING, minimum: int | None = None, maximum: int | None = None) -> int:
+        value = self._get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(self.key(name), value, "expected an integer")
+        _check_range(self.key(name), value, minimum, maximum)
+        return value
+
+    def float(
+        self,
+        name: str,
+        default: Any = _MISSING,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        positive: bool = False,
+    ) -> float:
+        value = self._get(name, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(self.key(name), value, "expected a finite number")
+        value = float(value)
+        if positive and value <= 0:
+            raise ConfigError(self.key(name), value, "must be greater than 0")
+        _check_range(self.key(name), value, minimum, maximum)
+        return value
+
+    def str_list(self, name: str, default: Any = _MISSING, nonempty: bool = False) -> list[str]:
+        value = self._get(name, default)
+        if isinstance(value, str) or not isinstance(value, Iterable):
+            raise ConfigError(self.key(name), value, "expected a list of strings")
+        items = list(value)
+        if not all(isinstance(v, str) for v in items):
+            raise ConfigError(self.key(name), value, "expected a list of strings")
+        if nonempty and not items:
+            raise ConfigError(self.key(name), value, "the list must not be empty")
+        return items
+
+    def float_list(self, name: str, default: Any = _MISSING, length: int | None = None) -> list[float]:
+        """A list of numbers; a single number is accepted and repeated ``length`` times."""
+        value = self._get(name, default)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and length is not None:
+            value = [value] * length
+        if isinstance(value, str) or not isinstance(value, Iterable):
+            raise ConfigError(self.key(name), value, "expected a number or a list of numbers")
+        items = list(value)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in items):
+            raise ConfigError(self.key(name), value, "expected finite numbers")
+        if length is not None and len(items) != length:
+            raise ConfigError(self.key(name), value, f"expected {length} numbers (one per action element)")
+        return [float(v) for v in items]
+
+    def int_list(self, name: str, default: Any = _MISSING, length: int | None = None) -> list[int]:
+        value = self._get(name, default)
+        if isinstance(value, str) or not isinstance(value, Iterable):
+            raise ConfigError(self.key(name), value, "expected a list of integers")
+        items = list(value)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+            raise ConfigError(self.key(name), value, "expected a list of integers")
+        if length is not None and len(items) != length:
+            raise ConfigError(self.key(name), value, f"expected {length} integers")
+        return items
+
+    def finish(self) -> None:
+        """Reject keys nobody read: a misspelt key must not be silently ignored."""
+        unknown = sorted(set(self._values) - self._read)
+        if unknown:
+            raise ConfigError(
+                self.key(unknown[0]), self._values[unknown[0]], f"unknown key under {self.prefix or 'the root'}"
+            )
+
+
+def _check_range(key: str, value: float, minimum: float | None, maximum: float | None) -> None:
+    if minimum is not None and value < minimum:
+        raise ConfigError(key, value, f"must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(key, value, f"must be at most {maximum}")
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Fold dotted parameter names back into nested dicts."""
+    root: dict[str, Any] = {}
+    for name, value in flat.items():
+        parts = name.split(".")
+        node = root
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(".".join(parts[: i + 1]), child, "is a value and also has keys below it")
+            node = child
+        if isinstance(node.get(parts[-1]), dict):
+            raise ConfigError(name, value, "is a value and also has keys below it")
+        node[parts[-1]] = value
+    return root

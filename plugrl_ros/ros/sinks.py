@@ -1,0 +1,280 @@
+"""Action sinks: one env's action slice, shaped to the robot's limits, out as one actuator message."""
+
+from __future__ import annotations
+
+import array
+from typing import Any, Protocol
+
+import numpy as np
+from builtin_interfaces.msg import Duration, Time
+from geometry_msgs.msg import Twist, TwistStamped
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64, Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from plugrl_ros.ros.params import ConfigError, Section
+from plugrl_ros.ros.sources import read_joint_names, read_slice, registered
+
+IDLE_CHOICES = ("hold", "zero", "none")
+
+
+class Sink(Protocol):
+    """Builds one actuator message from ``width`` shaped action values."""
+
+    msg_type: type
+    width: int
+
+    def build(self, values: np.ndarray, stamp: Time) -> Any: ...
+
+
+def _doubles(values: np.ndarray) -> array.array:
+    # An array.array('d') is taken by the message setters as is, on every
+    # ROS distro, instead of being checked and copied element by element.
+    return array.array("d", np.ascontiguousarray(values, dtype=np.float64).tobytes())
+
+
+def duration(seconds: float) -> Duration:
+    """A builtin_interfaces Duration of ``seconds`` (>= 0), rounded to the nanosecond."""
+    total_ns = round(seconds * 1e9)
+    return Duration(sec=total_ns // 1_000_000_000, nanosec=total_ns % 1_000_000_000)
+
+
+class Float64MultiArraySink:
+    """std_msgs/Float64MultiArray: data = values; the width comes from the required ``slice``."""
+
+    msg_type = Float64MultiArray
+
+    def __init__(self, section: Section, period_s: float) -> None:
+        del period_s
+        start, stop = read_slice(section, required=True)  # type: ignore[misc]
+        self.width = stop - start
+
+    def build(self, values: np.ndarray, stamp: Time) -> Float64MultiArray:
+        del stamp  # the message has no header
+        msg = Float64MultiArray()
+        msg.data = _doubles(values)
+        return msg
+
+
+class JointStateSink:
+    """sensor_msgs/JointState: one of position/velocity/effort for the configured joints."""
+
+    msg_type = JointState
+
+    def __init__(self, section: Section, period_s: float) -> None:
+        del period_s
+        self.joints = read_joint_names(section)
+        self.field = section.str("field", "position", choices=("position", "velocity", "effort"))
+        self.width = len(self.joints)
+
+    def build(self, values: np.ndarray, stamp: Time) -> JointState:
+        msg = JointState()
+        msg.header.stamp = stamp
+        msg.name = list(self.joints)
+        setattr(msg, self.field, _doubles(values))
+        return msg
+
+
+class JointTrajectorySink:
+    """trajectory_msgs/JointTrajectory: one point, reached one control period from now."""
+
+    msg_type = JointTrajectory
+
+    def __init__(self, section: Section, period_s: float) -> None:
+        assert period_s > 0, period_s
+        self.joints = read_joint_names(section)
+        self.field = section.str("field", "positions", choices=("positions", "velocities", "effort"))
+        self.width = len(self.joints)
+        # The controller interpolates to the point over one control period, so
+        # the motion is smooth and done when the next action arrives.
+        self.time_from_start = duration(period_s)
+
+    def build(self, values: np.ndarray, stamp: Time) -> JointTrajectory:
+        point = JointTrajectoryPoint()
+        setattr(point, self.field, _doubles(values))
+        point.time_from_start = Duration(sec=self.time_from_start.sec, nanosec=self.time_from_start.nanosec)
+        msg = JointTrajectory()
+        msg.header.stamp = stamp
+        msg.joint_names = list(self.joints)
+        msg.points = [point]
+        return msg
+
+
+TWIST_FIELDS = ("linear.x", "linear.y", "linear.z", "angular.x", "angular.y", "angular.z")
+
+
+class TwistSink:
+    """geometry_msgs/Twist: the listed ``fields`` (one per action value); the others are 0."""
+
+    msg_type = Twist
+
+    def __init__(self, section: Section, period_s: float) -> None:
+        del period_s
+        fields = section.str_list("fields", nonempty=True)
+        for field in fields:
+            if field not in TWIST_FIELDS:
+                raise ConfigError(
+                    section.key("fields"), fields, f"each entry must be one of: {', '.join(TWIST_FIELDS)}"
+                )
+        if len(set(fields)) != len(fields):
+            raise ConfigError(section.key("fields"), fields, "each field may be listed once")
+        self.fields = tuple(tuple(f.split(".")) for f in fields)
+        self.width = len(fields)
+
+    def _fill(self, twist: Twist, values: np.ndarray) -> None:
+        for (part, axis), value in zip(self.fields, values.tolist(), strict=True):
+            setattr(getattr(twist, part), axis, value)
+
+    def build(self, values: np.ndarray, stamp: Time) -> Twist:
+        del stamp  # the message has no header
+        msg = Twist()
+        self._fill(msg, values)
+        return msg
+
+
+class TwistStampedSink(TwistSink):
+    """geometry_msgs/TwistStamped: as Twist, with ``frame_id`` and the stamp in the header."""
+
+    msg_type = TwistStamped
+
+    def __init__(self, section: Section, period_s: float) -> None:
+        super().__init__(section, period_s)
+        self.frame_id = section.str("frame_id", "")
+
+    def build(self, values: np.ndarray, stamp: Time) -> TwistStamped:
+        msg = TwistStamped()
+        msg.header.stamp = stamp
+        msg.header.frame_id = self.frame_id
+        self._fill(msg.twist, values)
+        return msg
+
+
+class Float64Sink:
+    """std_msgs/Float64: one value."""
+
+    msg_type = Float64
+    width = 1
+
+    def __init__(self, section: Section, period_s: float) -> None:
+        del section, period_s  # no keys of its own
+
+    def build(self, values: np.ndarray, stamp: Time) -> Float64:
+        del stamp  # the message has no header
+        return Float64(data=float(values[0]))
+
+
+SINKS: dict[str, type] = {
+    "std_msgs/Float64MultiArray": Float64MultiArraySink,
+    "sensor_msgs/JointState": JointStateSink,
+    "trajectory_msgs/JointTrajectory": JointTrajectorySink,
+    "geometry_msgs/Twist": TwistSink,
+    "geometry_msgs/TwistStamped": TwistStampedSink,
+    "std_msgs/Float64": Float64Sink,
+}
+
+
+def make_sink(type_name: str, section: Section, period_s: float) -> Sink:
+    """The sink for ``type_name``, configured from ``section``; ``period_s`` is the control period."""
+    return registered(SINKS, type_name, section)(section, period_s)
+
+
+def _optional_list(section: Section, name: str, width: int) -> np.ndarray | None:
+    if not section.has(name):
+        return None
+    return np.array(section.float_list(name, length=width), dtype=np.float64)
+
+
+class ActionShaper:
+    """Turns the env's action vector into the values one sink publishes, within the configured limits.
+
+    Order: slice -> value * scale + offset -> clip to [min, max] -> at most
+    ``max_delta`` away from the last published values -> clip again. A slice
+    with any non-finite value (or one that overflows when scaled) yields None
+    and nothing is published: clipping +inf to ``max`` would drive the robot
+    to its limit on a broken action.
+    """
+
+    def __init__(
+        self,
+        *,
+        start: int,
+        stop: int,
+        scale: np.ndarray,
+        offset: np.ndarray,
+        low: np.ndarray | None,
+        high: np.ndarray | None,
+        max_delta: np.ndarray | None,
+        idle: str,
+    ) -> None:
+        assert idle in IDLE_CHOICES, idle
+        self.start = start
+        self.stop = stop
+        self.width = stop - start
+        self.scale = scale
+        self.offset = offset
+        self.low = low
+        self.high = high
+        self.max_delta = max_delta
+        self.idle = idle
+        self._last: np.ndarray | None = None
+
+    @classmethod
+    def from_section(cls, section: Section, width: int) -> ActionShaper:
+        """Reads slice, scale, offset, min, max, max_delta and idle; ``width`` is the sink's."""
+        start, stop = read_slice(section, required=False) or (0, width)
+        if stop - start != width:
+            raise ConfigError(
+                section.key("slice"),
+                [start, stop],
+                f"stop - start must be {width}, the number of values this sink takes",
+            )
+        scale = np.array(section.float_list("scale", 1.0, length=width), dtype=np.float64)
+        offset = np.array(section.float_list("offset", 0.0, length=width), dtype=np.float64)
+        low = _optional_list(section, "min", width)
+        high = _optional_list(section, "max", width)
+        if low is not None and high is not None and np.any(low > high):
+            i = int(np.argmax(low > high))
+            raise ConfigError(
+                section.key("min"), low.tolist(), f"min must not exceed max (element {i}: min {low[i]} > max {high[i]})"
+            )
+        max_delta = _optional_list(section, "max_delta", width)
+        if max_delta is not None and np.any(max_delta <= 0):
+            raise ConfigError(section.key("max_delta"), max_delta.tolist(), "every value must be greater than 0")
+        idle = section.str("idle", "hold", choices=IDLE_CHOICES)
+        return cls(
+            start=start, stop=stop, scale=scale, offset=offset, low=low, high=high, max_delta=max_delta, idle=idle
+        )
+
+    def shape(self, action: np.ndarray) -> np.ndarray | None:
+        """The values to publish for this env's ``action`` (float64 [A]), or None if they are not finite."""
+        if action.shape[0] < self.stop:
+            # The bridge checks the trainer's action space against every slice
+            # at startup, so this is a programming error, not a user's.
+            raise ValueError(f"the action has {action.shape[0]} values; this sink reads [{self.start}, {self.stop})")
+        # Overflow to inf (and inf * 0 = nan) is caught just below; numpy need not warn about it.
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = action[self.start : self.stop].astype(np.float64) * self.scale + self.offset
+        if not np.isfinite(values).all():
+            return None
+        if self.low is not None or self.high is not None:
+            np.clip(values, self.low, self.high, out=values)
+        if self.max_delta is not None and self._last is not None:
+            np.clip(values, self._last - self.max_delta, self._last + self.max_delta, out=values)
+            if self.low is not None or self.high is not None:
+                # The limits win over the rate limit: after an idle "zero"
+                # outside [min, max], the first step goes straight inside.
+                np.clip(values, self.low, self.high, out=values)
+        return values
+
+    def idle_values(self) -> np.ndarray | None:
+        """What to publish while no action is available: the last values, zeros, or nothing (None)."""
+        if self.idle == "hold":
+            return None if self._last is None else self._last.copy()
+        if self.idle == "zero":
+            return np.zeros(self.width, dtype=np.float64)
+        return None
+
+    def published(self, values: np.ndarray) -> None:
+        """Record what was actually published: ``hold`` repeats it and ``max_delta`` counts from it."""
+        assert values.shape == (self.width,), values.shape
+        self._last = np.array(values, dtype=np.float64)

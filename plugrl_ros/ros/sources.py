@@ -1,0 +1,317 @@
+"""State and text sources: one ROS message in, one env's observation row (float64) or text out."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
+from nav_msgs.msg import Odometry
+from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import Float32, Float32MultiArray, Float64, Float64MultiArray, String
+
+from plugrl_ros.ros.params import ConfigError, Section
+
+# A robot whose driver reorders joints on every message would otherwise grow
+# the name->index cache without bound; a handful of orders is the real case.
+_MAX_CACHED_JOINT_ORDERS = 16
+
+
+class ConversionError(Exception):
+    """A message that does not fit the configuration (a missing joint, a too-short array, a bad image)."""
+
+
+class StateSource(Protocol):
+    """Turns one message into one env's state row."""
+
+    msg_type: type
+    width: int | None
+
+    def convert(self, msg: Any) -> np.ndarray: ...
+
+
+def ros_type_name(msg_type: type) -> str:
+    """The "pkg/Type" name of a message class, as users write it in the config."""
+    return f"{msg_type.__module__.split('.')[0]}/{msg_type.__name__}"
+
+
+def registered(registry: Mapping[str, type], type_name: str, section: Section) -> type:
+    """The class registered for ``type_name``; "pkg/msg/Type" is accepted as "pkg/Type" (what ``ros2 topic`` prints)."""
+    parts = type_name.split("/")
+    if len(parts) == 3 and parts[1] == "msg":
+        type_name = f"{parts[0]}/{parts[2]}"
+    cls = registry.get(type_name)
+    if cls is None:
+        raise ConfigError(section.key("type"), type_name, f"allowed: {', '.join(sorted(registry))}")
+    return cls
+
+
+def read_slice(section: Section, required: bool) -> tuple[int, int] | None:
+    """The optional ``slice: [start, stop]`` key, checked to be a non-empty range of indices."""
+    if not required and not section.has("slice"):
+        return None
+    start, stop = section.int_list("slice", length=2)
+    if not 0 <= start < stop:
+        raise ConfigError(section.key("slice"), [start, stop], "expected [start, stop] with 0 <= start < stop")
+    return start, stop
+
+
+def read_joint_names(section: Section) -> tuple[str, ...]:
+    """The required ``joints`` key: a non-empty list of distinct joint names."""
+    joints = section.str_list("joints", nonempty=True)
+    repeated = sorted({j for j in joints if joints.count(j) > 1})
+    if repeated:
+        raise ConfigError(
+            section.key("joints"), joints, f"joint names must be unique (repeated: {', '.join(repeated)})"
+        )
+    return tuple(joints)
+
+
+def _as_float64(values: Any) -> np.ndarray:
+    """A float64 view of a message's number array (rclpy gives array.array; a list also works)."""
+    return np.asarray(values, dtype=np.float64)
+
+
+class JointStateSource:
+    """sensor_msgs/JointState: selected joints, ordered by name, field-major."""
+
+    msg_type = JointState
+    FIELDS = ("position", "velocity", "effort")
+
+    def __init__(self, section: Section) -> None:
+        joints = read_joint_names(section)
+        fields = section.str_list("fields", ["position"], nonempty=True)
+        for field in fields:
+            if field not in self.FIELDS:
+                raise ConfigError(section.key("fields"), fields, f"each entry must be one of: {', '.join(self.FIELDS)}")
+        if len(set(fields)) != len(fields):
+            raise ConfigError(section.key("fields"), fields, "each field may be listed once")
+        self.joints = joints
+        self.fields = tuple(fields)
+        self.width = len(joints) * len(fields)
+        # Drivers publish joints in their own order (and some change it between
+        # messages); the index array for each order is computed once.
+        self._indices: dict[tuple[str, ...], np.ndarray] = {}
+
+    def _indices_for(self, names: tuple[str, ...]) -> np.ndarray:
+        indices = self._indices.get(names)
+        if indices is None:
+            where: dict[str, int] = {}
+            for i, name in enumerate(names):
+                where.setdefault(name, i)
+            missing = [j for j in self.joints if j not in where]
+            if missing:
+                raise ConversionError(
+                    f"joint '{missing[0]}' is not in the JointState (has: {', '.join(names) or 'no joints'})"
+                )
+            indices = np.array([where[j] for j in self.joints], dtype=np.intp)
+            if len(self._indices) >= _MAX_CACHED_JOINT_ORDERS:
+                self._indices.clear()
+            self._indices[names] = indices
+        return indices
+
+    def convert(self, msg: JointState) -> np.ndarray:
+        names = tuple(msg.name)
+        indices = self._indices_for(names)
+        n = len(self.joints)
+        out = np.empty(self.width, dtype=np.float64)
+        for k, field in enumerate(self.fields):
+            values = _as_float64(getattr(msg, field))
+            if len(values) < len(names):
+                raise ConversionError(
+                    f"the JointState has {len(values)} {field} values for {len(names)} joint names;"
+                    f" remove '{field}' from fields if the driver does not publish it"
+                )
+            out[k * n : (k + 1) * n] = values[indices]
+        return out
+
+
+class _MultiArraySource:
+    """std_msgs/Float*MultiArray: the data, or the configured ``slice`` of it."""
+
+    msg_type: type
+
+    def __init__(self, section: Section) -> None:
+        self.slice = read_slice(section, required=False)
+        self.width = None if self.slice is None else self.slice[1] - self.slice[0]
+
+    def convert(self, msg: Any) -> np.ndarray:
+        data = _as_float64(msg.data)
+        # layout.data_offset counts padding before the first element; ignoring
+        # it would feed that padding to the policy as if it were state.
+        data = data[msg.layout.data_offset :]
+        if self.slice is None:
+            return data.copy()
+        start, stop = self.slice
+        if len(data) < stop:
+            raise ConversionError(f"the array has {len(data)} values but slice [{start}, {stop}] needs at least {stop}")
+        return data[start:stop].copy()
+
+
+class Float64MultiArraySource(_MultiArraySource):
+    msg_type = Float64MultiArray
+
+
+class Float32MultiArraySource(_MultiArraySource):
+    msg_type = Float32MultiArray
+
+
+class _ScalarSource:
+    """std_msgs/Float64 or Float32: one value."""
+
+    msg_type: type
+    width = 1
+
+    def __init__(self, section: Section) -> None:
+        del section  # no keys
+
+    def convert(self, msg: Any) -> np.ndarray:
+        return np.array([msg.data], dtype=np.float64)
+
+
+class Float64Source(_ScalarSource):
+    msg_type = Float64
+
+
+class Float32Source(_ScalarSource):
+    msg_type = Float32
+
+
+def _xyz(prefix: str) -> tuple[str, ...]:
+    return tuple(f"{prefix}.{axis}" for axis in "xyz")
+
+
+def _xyzw(prefix: str) -> tuple[str, ...]:
+    return tuple(f"{prefix}.{axis}" for axis in "xyzw")
+
+
+def _is_message(value: Any) -> bool:
+    return hasattr(value, "get_fields_and_field_types")
+
+
+def _number_or_message_fields(msg: Any) -> str:
+    """The fields a path may continue with: numbers and nested messages."""
+    return ", ".join(
+        name
+        for name in msg.get_fields_and_field_types()
+        if isinstance(getattr(msg, name), float) or _is_message(getattr(msg, name))
+    )
+
+
+def check_float_path(msg_type: type, path: str, key: str) -> None:
+    """Raise ConfigError unless ``path`` (e.g. "pose.position.x") names a float field of ``msg_type``.
+
+    The path is walked through a default-constructed message, so what is
+    checked at startup is exactly what ``attrgetter`` reads at run time.
+    """
+    obj: Any = msg_type()
+    walked: list[str] = []
+    for part in path.split("."):
+        if not _is_message(obj):
+            raise ConfigError(key, path, f"'{'.'.join(walked)}' is a number; it has no field '{part}'")
+        fields = obj.get_fields_and_field_types()
+        where = f"'{'.'.join(walked)}' ({ros_type_name(type(obj))})" if walked else ros_type_name(type(obj))
+        if part not in fields:
+            raise ConfigError(
+                key, path, f"{where} has no field '{part}'; choose one of: {_number_or_message_fields(obj)}"
+            )
+        value = getattr(obj, part)
+        if not (isinstance(value, float) or _is_message(value)):
+            raise ConfigError(
+                key,
+                path,
+                f"'{part}' in {where} is a {fields[part]}, not a number;"
+                f" choose one of: {_number_or_message_fields(obj)}",
+            )
+        obj = value
+        walked.append(part)
+    if _is_message(obj):
+        raise ConfigError(
+            key,
+            path,
+            f"'{path}' is a message ({ros_type_name(type(obj))});"
+            f" continue it with one of: {_number_or_message_fields(obj)}",
+        )
+
+
+class _FieldPathSource:
+    """A message read through a list of dotted float field paths (``fields``), checked at startup."""
+
+    msg_type: type
+    DEFAULT_FIELDS: tuple[str, ...]
+
+    def __init__(self, section: Section) -> None:
+        fields = section.str_list("fields", list(self.DEFAULT_FIELDS), nonempty=True)
+        for path in fields:
+            check_float_path(self.msg_type, path, section.key("fields"))
+        self.fields = tuple(fields)
+        self.width = len(fields)
+        # attrgetter resolves dotted paths in C, with no per-message string work.
+        self._get = operator.attrgetter(*fields)
+
+    def convert(self, msg: Any) -> np.ndarray:
+        values = self._get(msg)
+        return np.array(values if self.width > 1 else (values,), dtype=np.float64)
+
+
+class ImuSource(_FieldPathSource):
+    msg_type = Imu
+    DEFAULT_FIELDS = _xyzw("orientation") + _xyz("angular_velocity") + _xyz("linear_acceleration")
+
+
+class OdometrySource(_FieldPathSource):
+    msg_type = Odometry
+    DEFAULT_FIELDS = (
+        _xyz("pose.pose.position")
+        + _xyzw("pose.pose.orientation")
+        + _xyz("twist.twist.linear")
+        + _xyz("twist.twist.angular")
+    )
+
+
+class PoseStampedSource(_FieldPathSource):
+    msg_type = PoseStamped
+    DEFAULT_FIELDS = _xyz("pose.position") + _xyzw("pose.orientation")
+
+
+class TwistStampedSource(_FieldPathSource):
+    msg_type = TwistStamped
+    DEFAULT_FIELDS = _xyz("twist.linear") + _xyz("twist.angular")
+
+
+class WrenchStampedSource(_FieldPathSource):
+    msg_type = WrenchStamped
+    DEFAULT_FIELDS = _xyz("wrench.force") + _xyz("wrench.torque")
+
+
+STATE_SOURCES: dict[str, type] = {
+    "sensor_msgs/JointState": JointStateSource,
+    "std_msgs/Float64MultiArray": Float64MultiArraySource,
+    "std_msgs/Float32MultiArray": Float32MultiArraySource,
+    "std_msgs/Float64": Float64Source,
+    "std_msgs/Float32": Float32Source,
+    "sensor_msgs/Imu": ImuSource,
+    "nav_msgs/Odometry": OdometrySource,
+    "geometry_msgs/PoseStamped": PoseStampedSource,
+    "geometry_msgs/TwistStamped": TwistStampedSource,
+    "geometry_msgs/WrenchStamped": WrenchStampedSource,
+}
+
+
+def make_state_source(type_name: str, section: Section) -> StateSource:
+    """The state source for ``type_name``, configured from ``section`` (ConfigError for a bad type or key)."""
+    return registered(STATE_SOURCES, type_name, section)(section)
+
+
+class TextSource:
+    """std_msgs/String: the text as is (e.g. a language instruction)."""
+
+    msg_type = String
+
+    def __init__(self, section: Section | None = None) -> None:
+        del section  # no keys
+
+    def convert(self, msg: String) -> str:
+        return msg.data
