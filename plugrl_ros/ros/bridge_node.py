@@ -1,0 +1,474 @@
+"""The bridge node: robots on ROS topics become PlugRL envs of one remote training run.
+
+Wiring only: the protocol and scheduling rules live in the rollout core
+(:mod:`plugrl_ros.rollout`), the per-robot ROS I/O in
+:class:`plugrl_ros.ros.env_io.EnvIO`, the trainer connection in
+:class:`plugrl_ros.ros.trainer_link.TrainerLink`. All callbacks run on one
+single-threaded executor, so the core needs no locks.
+
+Stepping (DESIGN.md): in ``timer`` mode a wall-clock (or sim-clock) timer
+publishes one action step per env per tick and samples each step's result at
+the next tick; in ``lockstep`` mode the next step is published as soon as
+every source of the env has produced a message newer than the last action.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections import deque
+from typing import Any
+
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from std_msgs.msg import Bool
+from std_srvs.srv import SetBool
+
+from plugrl_ros.protocol.client import CloseKind, Connected, ConnectFailed, Disconnected, FrameReceived, Notice
+from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
+from plugrl_ros.ros.config import BridgeConfig, load_config
+from plugrl_ros.ros.diagnostics import ERROR, OK, WARN, Entry, percentile_ms, status_array
+from plugrl_ros.ros.env_io import EnvIO, ShapeGuard
+from plugrl_ros.ros.params import ConfigError
+from plugrl_ros.ros.qos import qos_profile
+from plugrl_ros.ros.trainer_link import Finished, LinkEvent, TrainerLink
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+EXIT_CONFIG = 2
+
+
+class BridgeNode(Node):
+    """One bridge: ``len(envs)`` robots sharing one trainer connection."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            "plugrl_bridge",
+            automatically_declare_parameters_from_overrides=True,
+            allow_undeclared_parameters=True,
+            **kwargs,
+        )
+        names = self.list_parameters([], 0).names
+        self.config: BridgeConfig = load_config({p.name: p.value for p in self.get_parameters(names)})
+        config = self.config
+        self.finished = False
+        self.exit_code = EXIT_OK
+        self._group = MutuallyExclusiveCallbackGroup()
+        self._lockstep = config.control.mode == "lockstep"
+        self.rollout = Rollout(
+            RolloutSettings(
+                n_envs=len(config.envs),
+                min_action_width=config.action_width_needed,
+                action_horizon=config.control.action_horizon or None,
+                action_width=config.control.action_dim or None,
+                replan_steps=config.control.replan_steps,
+                max_episode_steps=config.episode.max_steps,
+                feedback_deadline_s=config.control.feedback_deadline_s,
+                batch_window_s=config.control.batch_window_s,
+                use_reuse=config.use_reuse,
+                text_format=config.text_format,  # type: ignore[arg-type]
+            ),
+            clock=time.monotonic,
+        )
+        shapes = ShapeGuard()
+        self.envs = [
+            EnvIO(self, i, ns, config, shapes, self._group, self._on_input, time.monotonic)
+            for i, ns in enumerate(config.envs)
+        ]
+        self._interrupted = [False] * len(self.envs)
+        self._resetting = [False] * len(self.envs)
+        self._step_sent_at = [0.0] * len(self.envs)
+
+        self._ticks: deque[float] = deque(maxlen=1000)
+        self._last_close = ""
+        self._reconnects = 0
+        self._paused_by_topic = False
+        self._paused_by_service = config.pause.start_paused
+        if config.pause.topic:
+            self.create_subscription(
+                Bool, config.pause.topic, self._on_pause_topic, qos_profile("reliable", 10), callback_group=self._group
+            )
+        self.create_service(SetBool, "~/set_paused", self._on_set_paused, callback_group=self._group)
+        self.rollout.set_paused(self.paused)
+
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        period = config.control.period_s
+        if self._lockstep:
+            # housekeeping only (resets, deadlines, batching windows); steps are event-driven
+            self.create_timer(min(period, 0.01), self._housekeeping, callback_group=self._group)
+        else:
+            self.create_timer(period, self._on_tick, callback_group=self._group)
+        self.create_timer(config.status.diagnostics_period_s, self._publish_diagnostics, callback_group=self._group)
+        if config.status.log_period_s > 0:
+            self.create_timer(config.status.log_period_s, self._log_status, callback_group=self._group)
+
+        self.link = TrainerLink(self, config.trainer, self._on_link_event, self._group)
+        self._describe_startup()
+        self.link.start()
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return self._paused_by_topic or self._paused_by_service
+
+    def _now_ns(self) -> int:
+        return self.get_clock().now().nanoseconds
+
+    def _stamp(self) -> Any:
+        return self.get_clock().now().to_msg()
+
+    def _describe_startup(self) -> None:
+        c = self.config
+        envs = ", ".join(ns or "(no namespace)" for ns in c.envs)
+        topics = ", ".join(self.envs[0].topics)
+        self.get_logger().info(
+            f"{len(c.envs)} env(s): {envs}; mode {c.control.mode}"
+            + (f" at {c.control.rate_hz:g} Hz" if not self._lockstep else "")
+            + f"; observing {topics}; trainer {c.trainer.uri}"
+            + ("; starting paused" if self.paused else "")
+        )
+        if self._lockstep and any(a.idle != "none" for a in c.actions):
+            self.get_logger().info("lockstep mode publishes only chunk steps: idle behaviours are not used")
+
+    # -- trainer events ------------------------------------------------------
+
+    def _on_link_event(self, event: LinkEvent) -> None:
+        log = self.get_logger()
+        if isinstance(event, FrameReceived):
+            result = self.rollout.on_frame(event.epoch, event.frame)
+            if result.kind == "error":
+                log.error(f"the trainer broke the protocol: {result.detail}; closing and reconnecting")
+                self.link.abort(event.epoch, result.detail)
+            elif result.kind == "metadata" and result.metadata is not None:
+                shown = ", ".join(f"{k}={v}" for k, v in result.metadata.describe().items()) or "nothing announced"
+                log.info(f"trainer metadata: {shown}")
+                if result.metadata.ignored:
+                    log.warning(f"ignoring malformed metadata keys: {', '.join(result.metadata.ignored)}")
+                self._poll()
+            elif result.kind == "action" and self._lockstep:
+                for env in result.envs:
+                    self._step(env)
+        elif isinstance(event, Connected):
+            self.rollout.on_connected(event.epoch)
+            log.info(f"connected to the trainer at {event.uri} (connection {event.epoch})")
+        elif isinstance(event, Disconnected):
+            lost = self.rollout.on_disconnected(event.epoch)
+            self._last_close = f"{event.kind.value}: {event.detail}"
+            dropped = f"; dropped the chunks of env(s) {list(lost)}" if lost else ""
+            text = f"trainer connection closed ({event.kind.value}, {event.detail}){dropped}"
+            # (rclpy refuses one call site logging at two severities)
+            if event.kind in (CloseKind.STOP, CloseKind.CLIENT):
+                log.info(text)
+            else:
+                log.warning(text)
+            if event.kind in (CloseKind.RESYNC, CloseKind.LOST, CloseKind.ABORTED):
+                self._reconnects += 1
+        elif isinstance(event, ConnectFailed):
+            log.warning(
+                f"cannot reach the trainer at {self.config.trainer.uri}: {event.detail}; "
+                f"retrying in {event.retry_in_s:.1f} s",
+                throttle_duration_sec=15.0,
+            )
+        elif isinstance(event, Notice):
+            log.warning(event.text)
+        elif isinstance(event, Finished):
+            self._on_finished(event)
+
+    def _on_finished(self, event: Finished) -> None:
+        log = self.get_logger()
+        if event.kind is CloseKind.FATAL:
+            log.error(f"stopping: {event.detail}")
+            self.exit_code = EXIT_FATAL
+        elif event.kind is CloseKind.STOP:
+            log.info("the trainer finished the run (plugrl-server-stop); stopping")
+        self.finished = True
+
+    # -- stepping ------------------------------------------------------------
+
+    def _on_tick(self) -> None:
+        """Timer mode: finish the steps of the last tick, send what is due, publish this tick's steps."""
+        self._ticks.append(time.monotonic())
+        now_ns = self._now_ns()
+        stale = [io.stale_sources(now_ns) for io in self.envs]
+        for io in self.envs:
+            self._evaluate(io, now_ns, bool(stale[io.index]))
+        self._advance_resets()
+        self._poll(now_ns)
+        stamp = self._stamp()
+        for io in self.envs:
+            action = None if self.paused or stale[io.index] else self.rollout.take_step(io.index)
+            if action is None:
+                io.idle(stamp)
+            else:
+                io.publish(action, stamp)
+
+    def _evaluate(self, io: EnvIO, now_ns: int, stale: bool) -> None:
+        i = io.index
+        if not self.rollout.step_in_flight(i):
+            return
+        row = None if stale else io.observe(now_ns)
+        if row is None:
+            # The step's outcome cannot be observed: wait, and cut the chunk
+            # once it can be (the rest of it was planned for an old state).
+            self._interrupted[i] = True
+            return
+        reward, terminated, truncated, success = io.take_step_result()
+        self.rollout.finish_step(i, reward, terminated, truncated, success, row, self._interrupted[i])
+        self._interrupted[i] = False
+
+    def _on_input(self, env: int) -> None:
+        """A message arrived for ``env``. In lockstep it may complete the env's step."""
+        if not self._lockstep:
+            return
+        io = self.envs[env]
+        if self.rollout.step_in_flight(env):
+            if not io.step_complete():
+                return
+            self._evaluate(io, self._now_ns(), stale=False)
+            self._advance_resets()
+            self._poll()
+            self._step(env)
+        elif self.rollout.envs[env].idle and self.rollout.connected:
+            self._poll()
+
+    def _step(self, env: int) -> None:
+        """Lockstep: publish ``env``'s next step at once."""
+        if self.paused:
+            return
+        action = self.rollout.take_step(env)
+        if action is None:
+            return
+        io = self.envs[env]
+        io.mark_step()
+        self._step_sent_at[env] = time.monotonic()
+        io.publish(action, self._stamp())
+
+    def _housekeeping(self) -> None:
+        """Lockstep: resets, deadlines and batching windows, which no message arrival drives."""
+        self._ticks.append(time.monotonic())
+        self._advance_resets()
+        self._poll()
+
+    def _advance_resets(self) -> None:
+        for io in self.envs:
+            i = io.index
+            if not self.rollout.needs_reset(i):
+                continue
+            if not self._resetting[i]:
+                if self.paused:
+                    continue  # an operator paused the robots: do not move them
+                io.require_fresh()
+                io.reset.start()
+                self._resetting[i] = True
+            if io.reset.poll():
+                self._resetting[i] = False
+                self.rollout.reset_done(i)
+
+    def _poll(self, now_ns: int | None = None) -> None:
+        now_ns = self._now_ns() if now_ns is None else now_ns
+
+        def capture(env: int) -> Any:
+            io = self.envs[env]
+            row = io.observe(now_ns)
+            if row is not None:
+                io.begin_window()
+            return row
+
+        for outgoing in self.rollout.poll(capture):
+            self.link.send(self.rollout.epoch, outgoing)
+        if self._lockstep:
+            # a chunk may have just started for an env whose action arrived
+            # while its previous step result was being processed
+            for io in self.envs:
+                if not self.rollout.step_in_flight(io.index):
+                    self._step(io.index)
+
+    # -- pause ---------------------------------------------------------------
+
+    def _on_pause_topic(self, msg: Bool) -> None:
+        if msg.data != self._paused_by_topic:
+            self._paused_by_topic = msg.data
+            self._apply_pause(f"pause topic {self.config.pause.topic}")
+
+    def _on_set_paused(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
+        self._paused_by_service = request.data
+        self._apply_pause("~/set_paused")
+        response.success = True
+        response.message = "paused" if self.paused else "running"
+        return response
+
+    def _apply_pause(self, source: str) -> None:
+        if self.paused == self.rollout.paused:
+            return
+        self.rollout.set_paused(self.paused)
+        if self.paused:
+            self.get_logger().warning(f"paused by {source}: actuators idle, running episodes are truncated")
+            stamp = self._stamp()
+            for io in self.envs:
+                io.idle(stamp)
+        else:
+            self.get_logger().info(f"resumed by {source}")
+
+    # -- status --------------------------------------------------------------
+
+    def _achieved_rate(self) -> float:
+        ticks = self._ticks
+        if len(ticks) < 2:
+            return 0.0
+        window = [t for t in ticks if t >= ticks[-1] - 5.0]
+        if len(window) < 2:
+            return 0.0
+        return (len(window) - 1) / (window[-1] - window[0])
+
+    def _env_state(self, io: EnvIO, now_ns: int) -> tuple[bytes, str]:
+        i = io.index
+        env = self.rollout.envs[i]
+        stale = io.stale_sources(now_ns)
+        if self._resetting[i]:
+            if io.reset.failures:
+                return WARN, f"reset failing ({io.reset.failures}x): {io.reset.last_error}"
+            return OK, f"resetting ({io.reset.state.value})"
+        if stale:
+            return WARN, "stale: " + "; ".join(stale)
+        if io.problem:
+            return WARN, io.problem
+        if self.paused:
+            return OK, "paused"
+        if env.chunk is not None:
+            if self._lockstep and env.step_in_flight:
+                waited = time.monotonic() - self._step_sent_at[i]
+                if waited > self.config.control.step_timeout_s:
+                    return WARN, f"step result overdue ({waited:.1f} s): waiting for {', '.join(io.step_waiting_for())}"
+            return OK, "running"
+        if env.pending is not None:
+            return OK, "chunk done, feedback queued"
+        return OK, "waiting for the trainer" if self.rollout.connected else "waiting for the trainer connection"
+
+    def _publish_diagnostics(self) -> None:
+        now_ns = self._now_ns()
+        rollout = self.rollout
+        client = self.link.client
+        prefix = self.get_fully_qualified_name().lstrip("/") or "plugrl_bridge"
+        trainer = Entry(f"{prefix}: trainer")
+        trainer.values = {
+            "uri": self.config.trainer.uri,
+            "connected": str(rollout.connected),
+            "connections": str(rollout.connections),
+            "reconnects": str(self._reconnects),
+            "last close": self._last_close or "-",
+            "infer round trip median ms": percentile_ms(list(rollout.infer_latencies), 0.5),
+            "infer round trip p95 ms": percentile_ms(list(rollout.infer_latencies), 0.95),
+            "actions received": str(rollout.actions_received),
+            "feedbacks sent": str(rollout.feedbacks_sent),
+            "bytes sent": str(client.bytes_sent),
+            "bytes received": str(client.bytes_received),
+        }
+        if rollout.metadata is not None:
+            trainer.values.update({f"trainer {k}": v for k, v in rollout.metadata.describe().items()})
+        if not rollout.connected:
+            trainer.worse(ERROR if rollout.connections == 0 else WARN, "not connected")
+        control = Entry(f"{prefix}: control")
+        rate = self._achieved_rate()
+        control.values = {
+            "mode": self.config.control.mode,
+            "target rate Hz": "-" if self._lockstep else f"{self.config.control.rate_hz:g}",
+            "achieved rate Hz": f"{rate:.1f}",
+            "paused": str(self.paused),
+        }
+        if self.paused:
+            control.worse(WARN, "paused")
+        elif not self._lockstep and rate and rate < 0.9 * self.config.control.rate_hz:
+            control.worse(WARN, f"control rate {rate:.1f} Hz below target {self.config.control.rate_hz:g} Hz")
+        entries = [trainer, control]
+        for io in self.envs:
+            env = rollout.envs[io.index]
+            entry = Entry(f"{prefix}: env {io.index} ({io.namespace or 'no namespace'})")
+            level, message = self._env_state(io, now_ns)
+            entry.worse(level, message) if level != OK else None
+            entry.message = message
+            entry.values = {
+                "episodes": str(env.episodes),
+                "last return": "-" if env.last_return is None else f"{env.last_return:.3f}",
+                "steps": str(env.steps_total),
+                "chunks lost": str(env.chunks_lost),
+                "reset failures": str(io.reset.total_failures),
+                "non-finite actions": str(io.nonfinite_actions),
+            }
+            entries.append(entry)
+        self._diagnostics.publish(status_array(entries, prefix, self._stamp()))
+
+    def _log_status(self) -> None:
+        rollout = self.rollout
+        envs = rollout.envs
+        episodes = sum(e.episodes for e in envs)
+        returns = [e.last_return for e in envs if e.last_return is not None]
+        now_ns = self._now_ns()
+        stale = [io.index for io in self.envs if io.stale_sources(now_ns)]
+        link = f"connected (connection {rollout.connections})" if rollout.connected else "NOT connected"
+        rate = "" if self._lockstep else f" | {self._achieved_rate():.1f} Hz"
+        ret = f", mean last return {sum(returns) / len(returns):.3f}" if returns else ""
+        self.get_logger().info(
+            f"trainer {link}{rate} | {sum(e.steps_total for e in envs)} steps, {episodes} episodes{ret} | "
+            f"infer {percentile_ms(list(rollout.infer_latencies), 0.5)} ms"
+            + (f" | stale envs {stale}" if stale else "")
+            + (" | PAUSED" if self.paused else "")
+        )
+
+    # -- shutdown ------------------------------------------------------------
+
+    def shutdown_gracefully(self) -> None:
+        """Idle every actuator first, then close the trainer connection with 1000."""
+        try:
+            stamp = self._stamp()
+            for io in self.envs:
+                io.reset.cancel()
+                io.idle(stamp)
+        finally:
+            self.link.stop()
+            self.link.join(self.config.trainer.close_timeout_s + 1.0)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(args: list[str] | None = None) -> int:
+    """``ros2 run plugrl_ros bridge --ros-args --params-file bridge.yaml``."""
+    from rclpy.signals import SignalHandlerOptions
+
+    # Our own signal handling: the actuators must be idled while the ROS
+    # context is still valid, so SIGINT/SIGTERM become KeyboardInterrupt.
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGINT, _raise_interrupt)
+    try:
+        node = BridgeNode()
+    except ConfigError as exc:
+        print(f"[plugrl_bridge] configuration error: {exc}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return EXIT_CONFIG
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    code = EXIT_OK
+    try:
+        while not node.finished:
+            executor.spin_once(timeout_sec=0.1)
+        code = node.exit_code
+    except KeyboardInterrupt:
+        node.get_logger().info("interrupted: idling the actuators and closing the trainer connection")
+    finally:
+        node.shutdown_gracefully()
+        executor.remove_node(node)
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

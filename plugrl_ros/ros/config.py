@@ -1,0 +1,414 @@
+"""The bridge's configuration: ROS parameters parsed once, at startup, into frozen dataclasses.
+
+Every key is read through :class:`plugrl_ros.ros.params.Section`, so a
+wrong type, an impossible value or an unknown key fails here, before
+anything connects, with the key's full dotted name, the value given and what
+is allowed. Everything after startup trusts these objects.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from plugrl_ros.protocol.client import ClientSettings
+from plugrl_ros.ros.images import make_image_source
+from plugrl_ros.ros.params import ConfigError, Section, nest
+from plugrl_ros.ros.sinks import ActionShaper, make_sink
+from plugrl_ros.ros.sources import TextSource, make_state_source
+
+QOS_CHOICES = ("sensor_data", "best_effort", "reliable")
+MODES = ("timer", "lockstep")
+REWARD_TYPES = ("std_msgs/Float32", "std_msgs/Float64")
+RESET_MODES = ("none", "service", "signal")
+RESET_SERVICE_TYPES = ("std_srvs/Trigger", "std_srvs/Empty")
+
+# Parameters every ROS node has; they are not the bridge's to validate.
+_ROS_OWNED_PREFIXES = ("use_sim_time", "qos_overrides.", "start_type_description_service", "start_parameter_services")
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """A subscription: where, what type, and how stale it may get."""
+
+    key: str  # the dotted config key, for messages
+    topic: str
+    type_name: str
+    qos: str
+    max_age_s: float  # 0 = no limit
+    converter: Any  # a StateSource / ImageSource / TextSource
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    name: str
+    parts: tuple[TopicConfig, ...]  # concatenated in order
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    name: str
+    source: TopicConfig
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    prompt: str = ""
+    source: TopicConfig | None = None
+
+
+@dataclass(frozen=True)
+class ActionConfig:
+    name: str
+    key: str
+    topic: str
+    type_name: str
+    qos: str
+    sink: Any  # a Sink
+    make_shaper: Callable[[], ActionShaper]  # one shaper (with its own hold state) per env
+    start: int
+    stop: int
+    idle: str
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    topic: str = ""  # "" = no reward topic: every step earns 0
+    type_name: str = "std_msgs/Float32"
+    mode: str = "sum"
+    qos: str = "reliable"
+    max_age_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class EpisodeConfig:
+    terminated_topic: str = ""
+    truncated_topic: str = ""
+    success_topic: str = ""
+    qos: str = "reliable"
+    max_steps: int = 0
+
+
+@dataclass(frozen=True)
+class ResetConfig:
+    mode: str = "none"
+    service: str = "reset"
+    service_type: str = "std_srvs/Trigger"
+    timeout_s: float = 10.0
+    retry_initial_s: float = 1.0
+    retry_max_s: float = 30.0
+    ready_topic: str = "ready"
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    mode: str = "timer"
+    rate_hz: float = 20.0
+    replan_steps: int = 0
+    action_horizon: int = 0
+    action_dim: int = 0
+    feedback_deadline_s: float = 30.0
+    batch_window_s: float = 0.02
+    step_timeout_s: float = 10.0
+
+    @property
+    def period_s(self) -> float:
+        return 1.0 / self.rate_hz
+
+
+@dataclass(frozen=True)
+class PauseConfig:
+    topic: str = ""
+    start_paused: bool = False
+
+
+@dataclass(frozen=True)
+class StatusConfig:
+    diagnostics_period_s: float = 1.0
+    log_period_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    trainer: ClientSettings
+    use_reuse: bool
+    text_format: str
+    envs: tuple[str, ...]
+    control: ControlConfig
+    images: tuple[ImageConfig, ...]
+    states: tuple[StateConfig, ...]
+    text: TextConfig
+    actions: tuple[ActionConfig, ...]
+    reward: RewardConfig
+    episode: EpisodeConfig
+    reset: ResetConfig
+    pause: PauseConfig
+    status: StatusConfig
+
+    @property
+    def action_width_needed(self) -> int:
+        """How many values per step the configured actions read."""
+        return max(a.stop for a in self.actions)
+
+    def observation_topics(self) -> list[TopicConfig]:
+        topics = [image.source for image in self.images]
+        topics += [part for state in self.states for part in state.parts]
+        if self.text.source is not None:
+            topics.append(self.text.source)
+        return topics
+
+
+def is_ros_owned(name: str) -> bool:
+    return any(name == p or name.startswith(p) for p in _ROS_OWNED_PREFIXES)
+
+
+def load_config(flat: Mapping[str, Any]) -> BridgeConfig:
+    """Parse the node's parameters (dotted names) into a :class:`BridgeConfig`; ConfigError on mistakes."""
+    root = Section(nest({k: v for k, v in flat.items() if not is_ros_owned(k)}), "")
+    trainer = root.section("trainer")
+    client = ClientSettings(
+        uri=_uri(trainer),
+        api_key_env=trainer.str("api_key_env", ""),
+        ca_file=trainer.str("ca_file", ""),
+        wait_for_next_run=trainer.bool("wait_for_next_run", False),
+        reconnect_initial_s=trainer.float("reconnect_initial_s", 0.5, positive=True),
+        reconnect_max_s=trainer.float("reconnect_max_s", 10.0, positive=True),
+        open_timeout_s=trainer.float("open_timeout_s", 10.0, positive=True),
+    )
+    if client.reconnect_max_s < client.reconnect_initial_s:
+        raise ConfigError(trainer.key("reconnect_max_s"), client.reconnect_max_s, "must be >= reconnect_initial_s")
+    use_reuse = trainer.bool("use_reuse", True)
+    text_format = trainer.str("text_format", "array", choices=("array", "list"))
+    trainer.finish()
+
+    envs = tuple(root.str_list("envs", [""], nonempty=True))
+    for i, ns in enumerate(envs):
+        if ns.strip() != ns or any(c in ns for c in " \t~{}"):
+            raise ConfigError(f"envs[{i}]", ns, "a namespace like 'robot1' or '/lab/robot1' (or '' for none)")
+    if len(set(envs)) != len(envs):
+        raise ConfigError("envs", list(envs), "namespaces must be unique")
+
+    control = _control(root.section("control"))
+    observations = root.section("observations", required=True)
+    images = _images(observations.section("images"))
+    states = _states(observations.section("states"))
+    text = _text(observations.section("text"))
+    observations.finish()
+    if not images and not states:
+        raise ConfigError("observations", {}, "configure at least one image or state")
+    actions = _actions(root.section("actions", required=True), control.period_s)
+    reward = _reward(root.section("reward"))
+    episode = _episode(root.section("episode"))
+    reset = _reset(root.section("reset"))
+    pause_section = root.section("pause")
+    pause = PauseConfig(
+        topic=_topic(pause_section, "topic", ""), start_paused=pause_section.bool("start_paused", False)
+    )
+    pause_section.finish()
+    status_section = root.section("status")
+    status = StatusConfig(
+        diagnostics_period_s=status_section.float("diagnostics_period_s", 1.0, positive=True),
+        log_period_s=status_section.float("log_period_s", 10.0, minimum=0.0),
+    )
+    status_section.finish()
+    root.finish()
+
+    config = BridgeConfig(
+        trainer=client,
+        use_reuse=use_reuse,
+        text_format=text_format,
+        envs=envs,
+        control=control,
+        images=images,
+        states=states,
+        text=text,
+        actions=actions,
+        reward=reward,
+        episode=episode,
+        reset=reset,
+        pause=pause,
+        status=status,
+    )
+    _check_shared_topics(config)
+    return config
+
+
+def _uri(section: Section) -> str:
+    uri = section.str("uri", "ws://localhost:8000")
+    if not uri.startswith(("ws://", "wss://")) or len(uri) <= len("wss://"):
+        raise ConfigError(section.key("uri"), uri, "a ws:// or wss:// URI, e.g. ws://192.168.1.10:8000")
+    return uri
+
+
+def _topic(section: Section, name: str, default: Any = ...) -> str:
+    topic = section.str(name) if default is ... else section.str(name, default)
+    if topic and (any(c in topic for c in " \t{}") or topic.endswith("/")):
+        raise ConfigError(section.key(name), topic, "a ROS topic name like 'joint_states' or '/camera/image_raw'")
+    return topic
+
+
+def _qos(section: Section, default: str) -> str:
+    return section.str("qos", default, choices=QOS_CHOICES)
+
+
+def _control(section: Section) -> ControlConfig:
+    control = ControlConfig(
+        mode=section.str("mode", "timer", choices=MODES),
+        rate_hz=section.float("rate_hz", 20.0, positive=True, maximum=2000.0),
+        replan_steps=section.int("replan_steps", 0, minimum=0),
+        action_horizon=section.int("action_horizon", 0, minimum=0),
+        action_dim=section.int("action_dim", 0, minimum=0),
+        feedback_deadline_s=section.float("feedback_deadline_s", 30.0, positive=True, maximum=55.0),
+        batch_window_s=section.float("batch_window_s", 0.02, minimum=0.0, maximum=5.0),
+        step_timeout_s=section.float("step_timeout_s", 10.0, positive=True),
+    )
+    section.finish()
+    return control
+
+
+def _subscription(section: Section, make: Callable[[str, Section], Any], default_age: float) -> TopicConfig:
+    topic = _topic(section, "topic")
+    type_name = section.str("type")
+    qos = _qos(section, "sensor_data")
+    max_age_s = section.float("max_age_s", default_age, minimum=0.0)
+    converter = make(type_name, section)
+    section.finish()
+    return TopicConfig(section.prefix, topic, type_name, qos, max_age_s, converter)
+
+
+def _images(section: Section) -> tuple[ImageConfig, ...]:
+    images = []
+    for name in section.names():
+        images.append(ImageConfig(name, _subscription(section.section(name), make_image_source, 1.0)))
+    section.finish()
+    return tuple(images)
+
+
+def _states(section: Section) -> tuple[StateConfig, ...]:
+    states = []
+    for name in section.names():
+        state = section.section(name)
+        if state.has("parts"):
+            part_names = state.str_list("parts", nonempty=True)
+            if len(set(part_names)) != len(part_names):
+                raise ConfigError(state.key("parts"), part_names, "part names must be unique")
+            parts = tuple(
+                _subscription(state.section(part, required=True), make_state_source, 1.0) for part in part_names
+            )
+            state.finish()
+        else:
+            parts = (_subscription(state, make_state_source, 1.0),)
+        states.append(StateConfig(name, parts))
+    section.finish()
+    return tuple(states)
+
+
+def _text(section: Section) -> TextConfig:
+    prompt = section.str("prompt", "")
+    topic = _topic(section, "topic", "")
+    source = None
+    if topic:
+        source = TopicConfig(
+            section.key("topic"),
+            topic,
+            "std_msgs/String",
+            _qos(section, "reliable"),
+            section.float("max_age_s", 0.0, minimum=0.0),
+            TextSource(),
+        )
+        if prompt:
+            raise ConfigError(section.key("prompt"), prompt, "give either a fixed prompt or a topic, not both")
+    section.finish()
+    return TextConfig(prompt=prompt, source=source)
+
+
+def _actions(section: Section, period_s: float) -> tuple[ActionConfig, ...]:
+    actions = []
+    for name in section.names():
+        action = section.section(name)
+        topic = _topic(action, "topic")
+        type_name = action.str("type")
+        qos = _qos(action, "reliable")
+        sink = make_sink(type_name, action, period_s)
+        shaper = ActionShaper.from_section(action, sink.width)
+        action.finish()
+        # the validated keys, to build one shaper (with its own hold state) per env
+        make_shaper = functools.partial(_shaper, action.values(), action.prefix, sink.width)
+        actions.append(
+            ActionConfig(
+                name, action.prefix, topic, type_name, qos, sink, make_shaper, shaper.start, shaper.stop, shaper.idle
+            )
+        )
+    if not actions:
+        raise ConfigError(section.prefix, {}, "configure at least one action sink")
+    section.finish()
+    return tuple(actions)
+
+
+def _shaper(values: dict, prefix: str, width: int) -> ActionShaper:
+    return ActionShaper.from_section(Section(values, prefix), width)
+
+
+def _reward(section: Section) -> RewardConfig:
+    reward = RewardConfig(
+        topic=_topic(section, "topic", ""),
+        type_name=section.str("type", "std_msgs/Float32", choices=REWARD_TYPES),
+        mode=section.str("mode", "sum", choices=("sum", "latest")),
+        qos=_qos(section, "reliable"),
+        max_age_s=section.float("max_age_s", 0.0, minimum=0.0),
+    )
+    section.finish()
+    return reward
+
+
+def _episode(section: Section) -> EpisodeConfig:
+    episode = EpisodeConfig(
+        terminated_topic=_topic(section, "terminated_topic", ""),
+        truncated_topic=_topic(section, "truncated_topic", ""),
+        success_topic=_topic(section, "success_topic", ""),
+        qos=_qos(section, "reliable"),
+        max_steps=section.int("max_steps", 0, minimum=0),
+    )
+    section.finish()
+    return episode
+
+
+def _reset(section: Section) -> ResetConfig:
+    reset = ResetConfig(
+        mode=section.str("mode", "none", choices=RESET_MODES),
+        service=_topic(section, "service", "reset"),
+        service_type=section.str("service_type", "std_srvs/Trigger", choices=RESET_SERVICE_TYPES),
+        timeout_s=section.float("timeout_s", 10.0, positive=True),
+        retry_initial_s=section.float("retry_initial_s", 1.0, positive=True),
+        retry_max_s=section.float("retry_max_s", 30.0, positive=True),
+        ready_topic=_topic(section, "ready_topic", "ready"),
+    )
+    section.finish()
+    if reset.mode == "service" and not reset.service:
+        raise ConfigError(section.key("service"), reset.service, "reset.mode is service: name the reset service")
+    if reset.mode == "signal" and not reset.ready_topic:
+        raise ConfigError(section.key("ready_topic"), reset.ready_topic, "reset.mode is signal: name the ready topic")
+    return reset
+
+
+def _check_shared_topics(config: BridgeConfig) -> None:
+    """With several envs, an absolute actuator or reward topic would be shared by all of them."""
+    if len(config.envs) < 2:
+        return
+    per_env = [(a.key + ".topic", a.topic) for a in config.actions]
+    per_env += [("reward.topic", config.reward.topic), ("episode.terminated_topic", config.episode.terminated_topic)]
+    per_env += [("episode.truncated_topic", config.episode.truncated_topic)]
+    for key, topic in per_env:
+        if topic.startswith("/"):
+            raise ConfigError(
+                key, topic, f"an absolute topic would be shared by all {len(config.envs)} envs; use a relative name"
+            )
+
+
+def env_topic(namespace: str, topic: str) -> str:
+    """``topic`` as seen by the env under ``namespace``: relative names resolve inside it."""
+    if not namespace or topic.startswith("/"):
+        return topic
+    return f"{namespace.rstrip('/')}/{topic}"

@@ -1,0 +1,315 @@
+"""One env's ROS side: its sensor subscriptions, reward and done topics, actuators and reset.
+
+Subscription callbacks only store the newest message (and count it); the
+conversion to numpy happens when an observation is actually needed, at most
+once per message. Freshness is judged on arrival order and age: an env never
+steps on a source older than its ``max_age_s``, and after a reset (or, in
+lockstep, after an action) it waits for messages newer than that moment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from rclpy.node import Node
+from std_msgs.msg import Bool, Float32, Float64
+
+from plugrl_ros.protocol.messages import ObservationRow
+from plugrl_ros.ros.config import BridgeConfig, TopicConfig, env_topic
+from plugrl_ros.ros.qos import qos_profile, subscription_event_callbacks
+from plugrl_ros.ros.reset import ResetProcedure
+from plugrl_ros.ros.sources import ConversionError
+
+
+class Latest:
+    """The newest message on one subscription: its arrival count, time, and (cached) conversion."""
+
+    __slots__ = ("_converted", "_converted_seq", "msg", "seq", "stamp_ns")
+
+    def __init__(self) -> None:
+        self.msg: Any = None
+        self.seq = 0
+        self.stamp_ns = 0
+        self._converted: Any = None
+        self._converted_seq = -1
+
+    def store(self, msg: Any, stamp_ns: int) -> None:
+        self.msg = msg
+        self.seq += 1
+        self.stamp_ns = stamp_ns
+
+    def converted(self, converter: Any) -> Any:
+        if self._converted_seq != self.seq:
+            self._converted = converter.convert(self.msg)
+            self._converted_seq = self.seq
+        return self._converted
+
+
+class ShapeGuard:
+    """Every env's observation must keep one shape per name, or the batch cannot be stacked."""
+
+    def __init__(self) -> None:
+        self._shapes: dict[str, tuple[int, ...]] = {}
+
+    def check(self, name: str, array: np.ndarray) -> None:
+        expected = self._shapes.setdefault(name, array.shape)
+        if array.shape != expected:
+            raise ConversionError(
+                f"{name} has shape {list(array.shape)}, but earlier observations had {list(expected)} "
+                "(every env and every step must match; configure resize for images)"
+            )
+
+
+class _Source:
+    __slots__ = ("config", "latest", "topic")
+
+    def __init__(self, config: TopicConfig, topic: str) -> None:
+        self.config = config
+        self.topic = topic
+        self.latest = Latest()
+
+
+class EnvIO:
+    """Subscriptions, publishers and reset procedure of env ``index`` under ``namespace``."""
+
+    def __init__(
+        self,
+        node: Node,
+        index: int,
+        namespace: str,
+        config: BridgeConfig,
+        shapes: ShapeGuard,
+        callback_group: object,
+        on_input: Callable[[int], None],
+        clock_s: Callable[[], float],
+    ) -> None:
+        self.index = index
+        self.namespace = namespace
+        self._node = node
+        self._config = config
+        self._shapes = shapes
+        self._on_input = on_input
+        self._lockstep = config.control.mode == "lockstep"
+        self.problem = ""  # why the env cannot observe right now, for diagnostics
+        self.nonfinite_actions = 0
+        self._group = callback_group
+
+        self._images = [(image.name, self._subscribe(image.source, 5)) for image in config.images]
+        self._states = [(state.name, [self._subscribe(part, 5) for part in state.parts]) for state in config.states]
+        self._text = self._subscribe(config.text.source, 5) if config.text.source else None
+        self._observed: list[_Source] = [s for _, s in self._images] + [p for _, parts in self._states for p in parts]
+        if self._text is not None:
+            self._observed.append(self._text)
+
+        reward = config.reward
+        self._reward_sum = 0.0
+        self._reward_latest = 0.0
+        self._reward_source: _Source | None = None
+        if reward.topic:
+            reward_type = Float32 if reward.type_name == "std_msgs/Float32" else Float64
+            reward_config = TopicConfig("reward", reward.topic, reward.type_name, reward.qos, reward.max_age_s, None)
+            self._reward_source = self._subscribe(reward_config, 100, reward_type, self._on_reward)
+        episode = config.episode
+        self._flags = {"terminated": False, "truncated": False, "success": False}
+        self._flag_sources: dict[str, _Source] = {}
+        for flag, topic in (
+            ("terminated", episode.terminated_topic),
+            ("truncated", episode.truncated_topic),
+            ("success", episode.success_topic),
+        ):
+            if topic:
+                flag_config = TopicConfig(f"episode.{flag}_topic", topic, "std_msgs/Bool", episode.qos, 0.0, None)
+                self._flag_sources[flag] = self._subscribe(flag_config, 100, Bool, self._flag_callback(flag))
+
+        # lockstep: the sources a step's result must hear from after its action
+        self._step_sources = list(self._observed)
+        if self._reward_source is not None:
+            self._step_sources.append(self._reward_source)
+        if "terminated" in self._flag_sources:
+            self._step_sources.append(self._flag_sources["terminated"])
+        self._step_marks: list[int] | None = None
+        self._fresh_marks: list[int] | None = None
+
+        self._actuators = []
+        for action in config.actions:
+            topic = env_topic(namespace, action.topic)
+            publisher = node.create_publisher(action.sink.msg_type, topic, qos_profile(action.qos, 10))
+            self._actuators.append((action, publisher, action.make_shaper()))
+
+        self.reset = ResetProcedure(node, namespace, config.reset, clock_s, callback_group)
+
+    # -- subscriptions -----------------------------------------------------
+
+    def _subscribe(
+        self,
+        config: TopicConfig,
+        depth: int,
+        msg_type: type | None = None,
+        extra: Callable[[Any], None] | None = None,
+    ) -> _Source:
+        topic = env_topic(self.namespace, config.topic)
+        source = _Source(config, topic)
+        now_ns = self._node.get_clock().now
+
+        def callback(msg: Any) -> None:
+            source.latest.store(msg, now_ns().nanoseconds)
+            if extra is not None:
+                extra(msg)
+            self._on_input(self.index)
+
+        def incompatible(event: Any) -> None:
+            self._node.get_logger().error(
+                f"{config.key}: the publisher of {topic} offers a QoS this subscription ({config.qos}) cannot "
+                f"accept (policy {event.last_policy_kind}); set {config.key.rsplit('.', 1)[0]}.qos to match it "
+                "(best_effort/sensor_data accept every publisher)",
+                throttle_duration_sec=30.0,
+            )
+
+        self._node.create_subscription(
+            msg_type or config.converter.msg_type,
+            topic,
+            callback,
+            qos_profile(config.qos, depth),
+            callback_group=self._group,
+            event_callbacks=subscription_event_callbacks(incompatible),
+        )
+        return source
+
+    def _on_reward(self, msg: Any) -> None:
+        self._reward_sum += msg.data
+        self._reward_latest = msg.data
+
+    def _flag_callback(self, flag: str) -> Callable[[Bool], None]:
+        def callback(msg: Bool) -> None:
+            if msg.data:
+                self._flags[flag] = True
+
+        return callback
+
+    @property
+    def topics(self) -> list[str]:
+        return [s.topic for s in self._observed]
+
+    # -- observing ---------------------------------------------------------
+
+    def stale_sources(self, now_ns: int) -> list[str]:
+        """The sources that keep this env from stepping: silent, too old, or older than a reset."""
+        stale = []
+        sources = list(self._observed)
+        if self._reward_source is not None and self._config.reward.max_age_s > 0:
+            sources.append(self._reward_source)
+        for i, source in enumerate(sources):
+            latest = source.latest
+            if latest.seq == 0:
+                stale.append(f"{source.topic} (no message yet)")
+            elif self._fresh_marks is not None and i < len(self._fresh_marks) and latest.seq <= self._fresh_marks[i]:
+                stale.append(f"{source.topic} (nothing new since the reset)")
+            elif not self._lockstep and source.config.max_age_s > 0:
+                age = (now_ns - latest.stamp_ns) * 1e-9
+                if age > source.config.max_age_s:
+                    stale.append(
+                        f"{source.topic} (last message {age:.2f} s ago, max_age_s {source.config.max_age_s:g})"
+                    )
+        return stale
+
+    def observe(self, now_ns: int) -> ObservationRow | None:
+        """The current observation, or None (and :attr:`problem` says why) if it is not fresh."""
+        stale = self.stale_sources(now_ns)
+        if stale:
+            self.problem = "stale: " + ", ".join(stale)
+            return None
+        try:
+            row = self._row()
+        except ConversionError as exc:
+            self.problem = str(exc)
+            self._node.get_logger().error(f"env {self.index}: {exc}", throttle_duration_sec=10.0)
+            return None
+        self._fresh_marks = None
+        self.problem = ""
+        return row
+
+    def _row(self) -> ObservationRow:
+        images = {}
+        for name, source in self._images:
+            try:
+                image = source.latest.converted(source.config.converter)
+            except ConversionError as exc:
+                raise ConversionError(f"{source.config.key} ({source.topic}): {exc}") from None
+            self._shapes.check(f"images.{name}", image)
+            images[name] = image
+        states = {}
+        for name, parts in self._states:
+            try:
+                values = [p.latest.converted(p.config.converter) for p in parts]
+            except ConversionError as exc:
+                raise ConversionError(f"observations.states.{name}: {exc}") from None
+            state = values[0] if len(values) == 1 else np.concatenate(values)
+            self._shapes.check(f"states.{name}", state)
+            states[name] = state
+        text = self._text.latest.msg.data if self._text is not None else self._config.text.prompt
+        return ObservationRow(images=images, states=states, text=text)
+
+    def begin_window(self) -> None:
+        """A chunk starts from the observation just captured: rewards and flags count from now."""
+        self._reward_sum = 0.0
+        for flag in self._flags:
+            self._flags[flag] = False
+
+    def take_step_result(self) -> tuple[float, bool, bool, bool]:
+        """(reward, terminated, truncated, success) since the last call."""
+        reward = self._reward_sum if self._config.reward.mode == "sum" else self._reward_latest
+        self._reward_sum = 0.0
+        flags = self._flags
+        result = (float(reward), flags["terminated"], flags["truncated"], flags["success"])
+        for flag in flags:
+            flags[flag] = False
+        return result
+
+    def require_fresh(self) -> None:
+        """From now on, observe only messages newer than this moment (after a reset starts)."""
+        self._fresh_marks = [s.latest.seq for s in self._observed]
+
+    def mark_step(self) -> None:
+        """Lockstep: an action went out; its result is complete when every step source has spoken since."""
+        self._step_marks = [s.latest.seq for s in self._step_sources]
+
+    def step_complete(self) -> bool:
+        marks = self._step_marks
+        if marks is None:
+            return False
+        return all(s.latest.seq > mark for s, mark in zip(self._step_sources, marks))
+
+    def step_waiting_for(self) -> list[str]:
+        marks = self._step_marks or []
+        return [s.topic for s, mark in zip(self._step_sources, marks) if s.latest.seq <= mark]
+
+    # -- acting ------------------------------------------------------------
+
+    def publish(self, action: np.ndarray, stamp: Any) -> None:
+        """Publish one step of ``action`` on every actuator (a non-finite slice idles that actuator)."""
+        for config, publisher, shaper in self._actuators:
+            values = shaper.shape(action)
+            if values is None:
+                self.nonfinite_actions += 1
+                self._node.get_logger().error(
+                    f"env {self.index}: {config.key} got non-finite values after scale/offset; idling it",
+                    throttle_duration_sec=10.0,
+                )
+                self._idle_one(config, publisher, shaper, stamp)
+                continue
+            publisher.publish(config.sink.build(values, stamp))
+            shaper.published(values)
+
+    def idle(self, stamp: Any) -> None:
+        """No valid step to take: every actuator does its configured idle behaviour."""
+        for config, publisher, shaper in self._actuators:
+            self._idle_one(config, publisher, shaper, stamp)
+
+    @staticmethod
+    def _idle_one(config: Any, publisher: Any, shaper: Any, stamp: Any) -> None:
+        values = shaper.idle_values()
+        if values is not None:
+            publisher.publish(config.sink.build(values, stamp))
+            shaper.published(values)

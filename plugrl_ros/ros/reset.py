@@ -1,0 +1,146 @@
+"""Resetting one env after its episode ends: a service call, an operator's ready signal, or nothing.
+
+The procedure never blocks the executor: the service is called with
+``call_async`` and polled from the control loop, with a timeout and retries
+with exponential backoff. A robot whose reset keeps failing stays out of the
+batch (it holds no action, so nobody waits for it) and is reported, while the
+other robots keep training.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+from rclpy.node import Node
+from std_msgs.msg import Bool
+from std_srvs.srv import Empty, Trigger
+
+from plugrl_ros.ros.config import ResetConfig, env_topic
+from plugrl_ros.ros.qos import qos_profile
+
+
+class ResetState(enum.Enum):
+    IDLE = "idle"
+    CALLING = "calling"
+    RETRY_WAIT = "waiting to retry"
+    WAITING_SIGNAL = "waiting for the ready signal"
+
+
+class ResetProcedure:
+    """One env's reset, driven by :meth:`poll` from the control loop."""
+
+    def __init__(
+        self,
+        node: Node,
+        namespace: str,
+        config: ResetConfig,
+        clock_s: Callable[[], float],
+        callback_group: object,
+    ) -> None:
+        self._config = config
+        self._clock_s = clock_s
+        self._node = node
+        self.state = ResetState.IDLE
+        self.failures = 0  # consecutive
+        self.total_failures = 0
+        self.last_error = ""
+        self._future = None
+        self._deadline = 0.0
+        self._retry_at = 0.0
+        self._ready_seq = 0
+        self._ready_mark = 0
+        self._client = None
+        self.target = ""
+        if config.mode == "service":
+            service_type = Trigger if config.service_type == "std_srvs/Trigger" else Empty
+            self.target = env_topic(namespace, config.service)
+            self._client = node.create_client(service_type, self.target, callback_group=callback_group)
+            self._request = service_type.Request()
+        elif config.mode == "signal":
+            self.target = env_topic(namespace, config.ready_topic)
+            node.create_subscription(
+                Bool, self.target, self._on_ready, qos_profile("reliable", 10), callback_group=callback_group
+            )
+
+    @property
+    def busy(self) -> bool:
+        return self.state is not ResetState.IDLE
+
+    def start(self) -> None:
+        """Begin resetting; :meth:`poll` reports completion."""
+        assert not self.busy
+        self.failures = 0
+        if self._config.mode == "service":
+            self._call()
+        elif self._config.mode == "signal":
+            self._ready_mark = self._ready_seq
+            self.state = ResetState.WAITING_SIGNAL
+        # mode "none": a continuing task; nothing to do
+
+    def poll(self) -> bool:
+        """Advance the reset; True once it has completed (the procedure is then idle again)."""
+        now = self._clock_s()
+        if self.state is ResetState.IDLE:
+            return True
+        if self.state is ResetState.WAITING_SIGNAL:
+            if self._ready_seq > self._ready_mark:
+                self.state = ResetState.IDLE
+                return True
+            return False
+        if self.state is ResetState.RETRY_WAIT:
+            if now >= self._retry_at:
+                self._call()
+            return False
+        # CALLING
+        future = self._future
+        if future is not None and future.done():
+            self._future = None
+            exc = future.exception()
+            if exc is not None:
+                self._fail(f"the reset service raised {exc!r}")
+                return False
+            response = future.result()
+            if isinstance(response, Trigger.Response) and not response.success:
+                self._fail(f"the reset service answered success=false: {response.message!r}")
+                return False
+            self.failures = 0
+            self.state = ResetState.IDLE
+            return True
+        if now >= self._deadline:
+            if future is not None:
+                self._client.remove_pending_request(future)
+                self._future = None
+            self._fail(f"no answer from {self.target} within {self._config.timeout_s:g} s")
+        return False
+
+    def cancel(self) -> None:
+        """Stop trying (shutdown)."""
+        if self._future is not None and self._client is not None:
+            self._client.remove_pending_request(self._future)
+        self._future = None
+        self.state = ResetState.IDLE
+
+    def _call(self) -> None:
+        assert self._client is not None
+        if not self._client.service_is_ready():
+            self._fail(f"the reset service {self.target} is not available")
+            return
+        self._future = self._client.call_async(self._request)
+        self._deadline = self._clock_s() + self._config.timeout_s
+        self.state = ResetState.CALLING
+
+    def _fail(self, error: str) -> None:
+        self.failures += 1
+        self.total_failures += 1
+        self.last_error = error
+        delay = min(self._config.retry_max_s, self._config.retry_initial_s * 2 ** min(self.failures - 1, 20))
+        self._retry_at = self._clock_s() + delay
+        self.state = ResetState.RETRY_WAIT
+        self._node.get_logger().warning(
+            f"reset of {self.target} failed ({self.failures} in a row): {error}; retrying in {delay:.1f} s"
+        )
+
+    def _on_ready(self, msg: Bool) -> None:
+        if msg.data:
+            self._ready_seq += 1

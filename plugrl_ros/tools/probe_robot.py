@@ -1,0 +1,117 @@
+"""``plugrl-probe-robot``: N probe envs as a real ROS robot, for checking a whole bridge deployment.
+
+Env i lives under namespace ``probe<i>``: it listens for actions on
+``action`` (std_msgs/Float64MultiArray), and after each one publishes ``t``
+(std_msgs/Float64), ``a`` (std_msgs/Float64MultiArray), ``reward``
+(std_msgs/Float32) and ``terminated`` (std_msgs/Bool); the service ``reset``
+(std_srvs/Trigger) starts a new episode. Its episodes last ``3 + 2*(i % 3)``
+steps, as in PROTOCOL.md, so a conformance trainer can check from the
+feedback alone that the bridge summed rewards, kept terminal observations
+and executed chunks in order. ``config/probe.yaml`` is the bridge's config
+for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+from std_msgs.msg import Bool, Float32, Float64, Float64MultiArray
+from std_srvs.srv import Trigger
+
+from plugrl_ros.ros.qos import qos_profile
+from plugrl_ros.tools.probe_env import ProbeEnvs
+
+
+def namespace(env: int) -> str:
+    return f"probe{env}"
+
+
+class ProbeRobot(Node):
+    """The probe envs behind ROS topics; every action message is exactly one step."""
+
+    def __init__(self, n_envs: int, action_dim: int) -> None:
+        super().__init__("plugrl_probe_robot")
+        self.envs = ProbeEnvs(n_envs, action_dim)
+        qos = qos_profile("reliable", 100)
+        self._pubs = []
+        self._subscribers = [0] * n_envs
+        for i in range(n_envs):
+            ns = namespace(i)
+            pubs = (
+                self.create_publisher(Float64, f"{ns}/t", qos),
+                self.create_publisher(Float64MultiArray, f"{ns}/a", qos),
+                self.create_publisher(Float32, f"{ns}/reward", qos),
+                self.create_publisher(Bool, f"{ns}/terminated", qos),
+            )
+            self._pubs.append(pubs)
+            self.create_subscription(Float64MultiArray, f"{ns}/action", self._on_action(i), qos)
+            self.create_service(Trigger, f"{ns}/reset", self._on_reset(i))
+        # A bridge that subscribes later still needs a first observation; the
+        # state is published again whenever a new subscriber appears (never on
+        # a timer: in lockstep a stale repeat could pass for a step's result).
+        self.create_timer(0.2, self._greet_new_subscribers)
+
+    def _publish_state(self, env: int) -> None:
+        t_pub, a_pub, _, _ = self._pubs[env]
+        t_pub.publish(Float64(data=float(self.envs.t[env])))
+        a_pub.publish(Float64MultiArray(data=self.envs.a[env].tolist()))
+
+    def _on_action(self, env: int):
+        def callback(msg: Float64MultiArray) -> None:
+            values = list(msg.data)
+            if len(values) != self.envs.action_dim:
+                self.get_logger().error(
+                    f"{namespace(env)}: action of {len(values)} values, expected {self.envs.action_dim}; ignored"
+                )
+                return
+            reward, terminated = self.envs.step(env, values)
+            self._publish_state(env)
+            _, _, reward_pub, done_pub = self._pubs[env]
+            reward_pub.publish(Float32(data=reward))
+            done_pub.publish(Bool(data=terminated))
+
+        return callback
+
+    def _on_reset(self, env: int):
+        def callback(request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+            self.envs.reset(env)
+            self._publish_state(env)
+            response.success = True
+            return response
+
+        return callback
+
+    def _greet_new_subscribers(self) -> None:
+        for env, pubs in enumerate(self._pubs):
+            count = pubs[0].get_subscription_count()
+            if count > self._subscribers[env]:
+                self._publish_state(env)
+            self._subscribers[env] = count
+
+
+def main(args: list[str] | None = None) -> int:
+    argv = rclpy.utilities.remove_ros_args(sys.argv if args is None else args)[1:]
+    parser = argparse.ArgumentParser(prog="plugrl-probe-robot", description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", type=int, default=1, help="number of probe envs (namespaces probe0, probe1, ...)")
+    parser.add_argument("--action-dim", type=int, default=2, help="action width per step (default %(default)s)")
+    options = parser.parse_args(argv)
+    rclpy.init(args=args)
+    node = ProbeRobot(options.envs, options.action_dim)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
