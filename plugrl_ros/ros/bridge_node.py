@@ -80,7 +80,6 @@ class BridgeNode(Node):
         ]
         self._interrupted = [False] * len(self.envs)
         self._resetting = [False] * len(self.envs)
-        self._step_sent_at = [0.0] * len(self.envs)
 
         self._ticks: deque[float] = deque(maxlen=1000)
         self._last_close = ""
@@ -210,8 +209,8 @@ class BridgeNode(Node):
 
     def _evaluate(self, io: EnvIO, now_ns: int, stale: bool) -> None:
         i = io.index
-        if not self.rollout.step_in_flight(i):
-            return
+        if not self.rollout.step_in_flight(i) or not io.step_complete():
+            return  # no step, or a once-per-step topic has not reported this step yet
         row = None if stale else io.observe(now_ns)
         if row is None:
             # The step's outcome cannot be observed: wait, and cut the chunk
@@ -244,10 +243,7 @@ class BridgeNode(Node):
         action = self.rollout.take_step(env)
         if action is None:
             return
-        io = self.envs[env]
-        io.mark_step()
-        self._step_sent_at[env] = time.monotonic()
-        io.publish(action, self._stamp())
+        self.envs[env].publish(action, self._stamp())
 
     def _housekeeping(self) -> None:
         """Lockstep: resets, deadlines and batching windows, which no message arrival drives."""
@@ -341,8 +337,8 @@ class BridgeNode(Node):
         if self.paused:
             return OK, "paused"
         if env.chunk is not None:
-            if self._lockstep and env.step_in_flight:
-                waited = time.monotonic() - self._step_sent_at[i]
+            if env.step_in_flight:
+                waited = time.monotonic() - io.step_sent_s
                 if waited > self.config.control.step_timeout_s:
                     return WARN, f"step result overdue ({waited:.1f} s): waiting for {', '.join(io.step_waiting_for())}"
             return OK, "running"

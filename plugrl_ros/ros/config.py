@@ -39,6 +39,7 @@ class TopicConfig:
     qos: str
     max_age_s: float  # 0 = no limit
     converter: Any  # a StateSource / ImageSource / TextSource
+    sync: bool = False  # publishes once per action step: a step's result waits for its message
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class RewardConfig:
     mode: str = "sum"
     qos: str = "reliable"
     max_age_s: float = 0.0
+    sync: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class EpisodeConfig:
     success_topic: str = ""
     qos: str = "reliable"
     max_steps: int = 0
+    sync: bool = False  # the terminated/truncated topics publish once per action step
 
 
 @dataclass(frozen=True)
@@ -273,9 +276,10 @@ def _subscription(section: Section, make: Callable[[str, Section], Any], default
     type_name = section.str("type")
     qos = _qos(section, "sensor_data")
     max_age_s = section.float("max_age_s", default_age, minimum=0.0)
+    sync = section.bool("sync", False)
     converter = make(type_name, section)
     section.finish()
-    return TopicConfig(section.prefix, topic, type_name, qos, max_age_s, converter)
+    return TopicConfig(section.prefix, topic, type_name, qos, max_age_s, converter, sync)
 
 
 def _images(section: Section) -> tuple[ImageConfig, ...]:
@@ -317,6 +321,7 @@ def _text(section: Section) -> TextConfig:
             _qos(section, "reliable"),
             section.float("max_age_s", 0.0, minimum=0.0),
             TextSource(),
+            section.bool("sync", False),
         )
         if prompt:
             raise ConfigError(section.key("prompt"), prompt, "give either a fixed prompt or a topic, not both")
@@ -358,6 +363,7 @@ def _reward(section: Section) -> RewardConfig:
         mode=section.str("mode", "sum", choices=("sum", "latest")),
         qos=_qos(section, "reliable"),
         max_age_s=section.float("max_age_s", 0.0, minimum=0.0),
+        sync=section.bool("sync", False),
     )
     section.finish()
     return reward
@@ -370,6 +376,7 @@ def _episode(section: Section) -> EpisodeConfig:
         success_topic=_topic(section, "success_topic", ""),
         qos=_qos(section, "reliable"),
         max_steps=section.int("max_steps", 0, minimum=0),
+        sync=section.bool("sync", False),
     )
     section.finish()
     return episode

@@ -94,6 +94,8 @@ class EnvIO:
         self._lockstep = config.control.mode == "lockstep"
         self.problem = ""  # why the env cannot observe right now, for diagnostics
         self.nonfinite_actions = 0
+        self._clock_s = clock_s
+        self.step_sent_s = 0.0  # when the last step went out (monotonic)
         self._group = callback_group
 
         self._images = [(image.name, self._subscribe(image.source, 5)) for image in config.images]
@@ -109,7 +111,9 @@ class EnvIO:
         self._reward_source: _Source | None = None
         if reward.topic:
             reward_type = Float32 if reward.type_name == "std_msgs/Float32" else Float64
-            reward_config = TopicConfig("reward", reward.topic, reward.type_name, reward.qos, reward.max_age_s, None)
+            reward_config = TopicConfig(
+                "reward", reward.topic, reward.type_name, reward.qos, reward.max_age_s, None, reward.sync
+            )
             self._reward_source = self._subscribe(reward_config, 100, reward_type, self._on_reward)
         episode = config.episode
         self._flags = {"terminated": False, "truncated": False, "success": False}
@@ -120,15 +124,21 @@ class EnvIO:
             ("success", episode.success_topic),
         ):
             if topic:
-                flag_config = TopicConfig(f"episode.{flag}_topic", topic, "std_msgs/Bool", episode.qos, 0.0, None)
+                sync = episode.sync and flag != "success"
+                flag_config = TopicConfig(f"episode.{flag}_topic", topic, "std_msgs/Bool", episode.qos, 0.0, None, sync)
                 self._flag_sources[flag] = self._subscribe(flag_config, 100, Bool, self._flag_callback(flag))
 
-        # lockstep: the sources a step's result must hear from after its action
-        self._step_sources = list(self._observed)
+        # The sources a step's result must hear from after its action: in
+        # lockstep every observation, the reward and the terminated flag; in
+        # timer mode the topics configured as publishing once per step (sync).
+        candidates = list(self._observed)
         if self._reward_source is not None:
-            self._step_sources.append(self._reward_source)
-        if "terminated" in self._flag_sources:
-            self._step_sources.append(self._flag_sources["terminated"])
+            candidates.append(self._reward_source)
+        candidates += [self._flag_sources[f] for f in ("terminated", "truncated") if f in self._flag_sources]
+        if self._lockstep:
+            self._step_sources = [s for s in candidates if s.config.key != "episode.truncated_topic"]
+        else:
+            self._step_sources = [s for s in candidates if s.config.sync]
         self._step_marks: list[int] | None = None
         self._fresh_marks: list[int] | None = None
 
@@ -272,13 +282,13 @@ class EnvIO:
         self._fresh_marks = [s.latest.seq for s in self._observed]
 
     def mark_step(self) -> None:
-        """Lockstep: an action went out; its result is complete when every step source has spoken since."""
+        """An action went out; its result is complete when every step source has spoken since."""
         self._step_marks = [s.latest.seq for s in self._step_sources]
 
     def step_complete(self) -> bool:
         marks = self._step_marks
         if marks is None:
-            return False
+            return not self._step_sources
         return all(s.latest.seq > mark for s, mark in zip(self._step_sources, marks))
 
     def step_waiting_for(self) -> list[str]:
@@ -301,6 +311,8 @@ class EnvIO:
                 continue
             publisher.publish(config.sink.build(values, stamp))
             shaper.published(values)
+        self.mark_step()
+        self.step_sent_s = self._clock_s()
 
     def idle(self, stamp: Any) -> None:
         """No valid step to take: every actuator does its configured idle behaviour."""
