@@ -11,6 +11,7 @@ fails at startup instead of being silently ignored.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -142,8 +143,13 @@ class Section:
         """Reject keys nobody read: a misspelt key must not be silently ignored."""
         unknown = sorted(set(self._values) - self._read)
         if unknown:
+            known = sorted(self._read)
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(
-                self.key(unknown[0]), self._values[unknown[0]], f"unknown key under {self.prefix or 'the root'}"
+                self.key(unknown[0]),
+                self._values[unknown[0]],
+                f"unknown key under {self.prefix or 'the root'}; {hint}known keys: {', '.join(known)}",
             )
 
 

@@ -1,0 +1,164 @@
+"""Packaging: colcon builds an install tree ROS users can run, every shipped config loads, deps are declared."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from harness import ROOT, process, ros_env
+
+from plugrl_ros.ros.config import load_config
+from plugrl_ros.ros.params import ConfigError
+
+SHIPPED_CONFIGS = sorted(p.name for p in (ROOT / "config").glob("*.yaml"))
+
+
+def flat_params(path: Path) -> dict:
+    """The parameters a node gets from ``--params-file path`` (the /** section), flattened."""
+    from rclpy.parameter import parameter_dict_from_yaml_file
+
+    params = parameter_dict_from_yaml_file(str(path), use_wildcard=True)
+    from rclpy.parameter import parameter_value_to_python
+
+    return {name: parameter_value_to_python(value.value) for name, value in params.items()}
+
+
+@pytest.mark.parametrize("name", SHIPPED_CONFIGS)
+def test_every_shipped_config_is_valid(name):
+    config = load_config(flat_params(ROOT / "config" / name))
+    assert config.actions and (config.images or config.states)
+
+
+def test_a_shipped_config_with_a_typo_fails_naming_the_key(tmp_path):
+    text = re.sub(r"(?m)^(\s+)rate_hz:", r"\1rate_hz_typo:", (ROOT / "config" / "bridge.yaml").read_text(), count=1)
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"control\.rate_hz_typo: .*did you mean 'rate_hz'"):
+        load_config(flat_params(tmp_path / "bad.yaml"))
+
+
+def _package_imports() -> set[str]:
+    modules = set()
+    for path in (ROOT / "plugrl_ros").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules.add(node.module.split(".")[0])
+    return modules
+
+
+# third-party import -> the rosdep key package.xml must declare for it
+_ROSDEP_KEYS = {
+    "numpy": "python3-numpy",
+    "msgpack": "python3-msgpack",
+    "websockets": "python3-websockets",
+    "cv2": "python3-opencv",
+    "matplotlib": "python3-matplotlib",
+    "ament_index_python": "ament_index_python",
+    "launch": "launch",
+    "launch_ros": "launch_ros",
+}
+
+
+def test_every_third_party_import_is_declared_in_package_xml():
+    root = ET.parse(ROOT / "package.xml").getroot()
+    assert root.get("format") == "3"
+    declared = {e.text for e in root if e.tag in ("depend", "exec_depend")}
+    stdlib = set(sys.stdlib_module_names)
+    launch_files = {"launch", "launch_ros"}  # imported by launch/*.py, not the package
+    missing = []
+    for module in sorted(_package_imports() - stdlib - {"plugrl_ros"}):
+        key = _ROSDEP_KEYS.get(module, module)  # ROS packages: the module is the key (rclpy, std_msgs, ...)
+        if key not in declared:
+            missing.append(f"{module} -> {key}")
+    assert not missing, f"undeclared in package.xml: {missing}"
+    assert launch_files <= declared
+
+
+def test_the_launch_file_starts_the_bridge_executable_with_the_shipped_config():
+    source = (ROOT / "launch" / "bridge.launch.py").read_text()
+    tree = ast.parse(source)
+    arguments = {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") == "DeclareLaunchArgument"
+        and isinstance(node.args[0], ast.Constant)
+    }
+    assert arguments == {"config", "server_uri", "namespace", "log_level"}
+    assert 'executable="bridge"' in source and '"bridge.yaml"' in source
+    entry_points = (ROOT / "setup.py").read_text()
+    assert re.search(r'"bridge = plugrl_ros\.ros\.bridge_node:main"', entry_points)
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_colcon_builds_an_install_tree_whose_bridge_starts_with_the_shipped_config(tmp_path):
+    colcon = shutil.which("colcon")
+    if colcon is None:
+        pytest.fail("colcon is not installed; it is in requirements/dev.txt")
+    source = tmp_path / "src" / "plugrl_ros"
+    ignore = shutil.ignore_patterns(
+        ".git", ".venv*", "build", "install", "log", "__pycache__", "*.egg-info", ".pytest_cache", "demo-output"
+    )
+    shutil.copytree(ROOT, source, ignore=ignore)
+    built = subprocess.run(
+        [colcon, "build", "--base-paths", "src"],
+        cwd=tmp_path,
+        env=ros_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    prefix = tmp_path / "install" / "plugrl_ros"
+    share = prefix / "share" / "plugrl_ros"
+    assert (share / "launch" / "bridge.launch.py").is_file()
+    assert {p.name for p in (share / "config").glob("*.yaml")} == set(SHIPPED_CONFIGS)
+    assert (prefix / "share" / "ament_index" / "resource_index" / "packages" / "plugrl_ros").is_file()
+    bridge = prefix / "lib" / "plugrl_ros" / "bridge"
+    assert bridge.is_file() and os.access(bridge, os.X_OK)
+
+    site = next(prefix.glob("lib/python3*/site-packages"))
+    env = ros_env()
+    env["AMENT_PREFIX_PATH"] = f"{prefix}{os.pathsep}{env['AMENT_PREFIX_PATH']}"
+    env["PYTHONPATH"] = str(site)  # the installed package, not the source tree
+    command = [str(bridge), "--ros-args", "--params-file", str(share / "config" / "bridge.yaml")]
+    command += ["-p", "trainer.uri:=ws://127.0.0.1:9"]
+    with process(command, env=env) as child:
+        assert _wait_for_text(child, "env(s):", 30), child.output()
+        assert child.stop() == 0, child.output()
+    # the installed tree's shipped files are found through the ament index
+    assert _shipped_probe_config(env).startswith(str(share))
+
+
+def _wait_for_text(child, text: str, timeout: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in child.output():
+            return True
+        if child.proc.poll() is not None:
+            return text in child.output()
+        time.sleep(0.1)
+    return False
+
+
+def _shipped_probe_config(env: dict) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", "import plugrl_ros.shipped as s; print(s.shipped_file('config', 'probe.yaml'))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout
