@@ -132,11 +132,18 @@ class RawProbeClient:
 
     async def _fatal(self, ws: ClientConnection) -> str:
         if "continue-after-text" in self.faults:
-            await ws.send(
-                packb(
-                    {"message_type": "infer", "data": self._observation([]), "env_indices": i8([]), "step_ids": i8([])}
+            # three frames: more than the feedback and infer that may cross the text frame in flight
+            for _ in range(3):
+                await ws.send(
+                    packb(
+                        {
+                            "message_type": "infer",
+                            "data": self._observation([]),
+                            "env_indices": i8([]),
+                            "step_ids": i8([]),
+                        }
+                    )
                 )
-            )
         await ws.close(1003, "text frame")
         return "fatal"
 

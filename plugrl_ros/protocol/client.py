@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import websockets
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
@@ -332,9 +331,8 @@ class TrainerClient:
             "open_timeout": s.open_timeout_s,
             "close_timeout": s.close_timeout_s,
             "logger": _library_logger(),
+            "proxy": None,  # a robot's HTTP proxy settings are not for the trainer link
         }
-        if _WEBSOCKETS_HAS_PROXY:
-            options["proxy"] = None  # a robot's HTTP proxy settings are not for the trainer link
         if s.api_key_env:
             key = os.environ.get(s.api_key_env, "")
             if key:
@@ -342,17 +340,6 @@ class TrainerClient:
         if s.uri.startswith("wss://"):
             options["ssl"] = ssl.create_default_context(cafile=s.ca_file or None)
         return options
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
-_WEBSOCKETS_HAS_PROXY = _version_tuple(websockets.__version__) >= (15, 0)
 
 
 def _close_frame(ws: ClientConnection) -> tuple[int | None, str | None]:
