@@ -175,6 +175,14 @@ def test_actions_of_the_wrong_shape_are_protocol_errors(settings, frame, problem
     assert rollout.poll(lambda env: obs(0)) == []  # and nothing more is sent on that connection
 
 
+def test_a_trainer_announcing_too_narrow_an_action_is_refused_at_metadata():
+    rollout = Rollout(RolloutSettings(n_envs=1, min_action_width=6), Clock())
+    rollout.on_connected(1)
+    result = rollout.on_frame(1, metadata_frame(horizon=4, width=2))
+    assert result.kind == "error" and "action_dim: 2, but the configured actions read 6" in result.detail
+    assert rollout.poll(lambda env: obs(0)) == []
+
+
 def test_the_announced_shape_wins_over_the_configured_one():
     rollout = Rollout(RolloutSettings(n_envs=1, action_horizon=8, action_width=7), Clock())
     connect(rollout, horizon=3, width=2)

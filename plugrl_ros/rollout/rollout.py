@@ -99,6 +99,12 @@ class Rollout:
             received = self.connection.receive(frame)
             if isinstance(received, Metadata):
                 self.metadata = received
+                width = received.action_dim
+                if width is not None and width < self.settings.min_action_width:
+                    raise ProtocolError(
+                        "metadata.data.action_dim",
+                        f"{width}, but the configured actions read {self.settings.min_action_width} values per step",
+                    )
                 return FrameResult("metadata", metadata=received)
             self._check_shape(received)
         except ProtocolError as exc:
