@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import ssl
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -119,6 +120,12 @@ class TrainerSettings:
     grace_s: float = 1.5  # after the final ending: how long to watch for forbidden frames / reconnects
     n_envs: int | None = None  # if set, env indices must be < n_envs
     reconnect_window_s: float = 15.0  # how long a client may take to reconnect after a close that asks it to
+    tls_cert: str = ""  # PEM certificate chain: serve wss:// (with tls_key)
+    tls_key: str = ""
+
+    @property
+    def scheme(self) -> str:
+        return "wss" if self.tls_cert else "ws"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "script", tuple(self.script))
@@ -937,6 +944,10 @@ class TestTrainer:
         """Start listening; returns the port (useful with port 0)."""
         assert self._server is None, "start() was already called"
         self._arrivals = asyncio.Queue()
+        tls = None
+        if self.settings.tls_cert:
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(self.settings.tls_cert, self.settings.tls_key or None)
         self._server = await serve(
             self._handle,
             self.settings.host,
@@ -946,6 +957,7 @@ class TestTrainer:
             ping_interval=None,
             ping_timeout=None,
             close_timeout=_CLOSE_TIMEOUT_S,
+            ssl=tls,
         )
         port = next(iter(self._server.sockets)).getsockname()[1]
         self._driver = asyncio.ensure_future(self._drive())
@@ -1278,6 +1290,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", type=float, default=d.grace_s)
     p.add_argument("--reconnect-window", type=float, default=d.reconnect_window_s)
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (exit code 2)")
+    p.add_argument("--tls-cert", default="", help="PEM certificate (chain) to serve wss:// instead of ws://")
+    p.add_argument("--tls-key", default="", help="PEM private key for --tls-cert (if not in the same file)")
     return p
 
 
@@ -1297,7 +1311,7 @@ async def _run_cli(settings: TrainerSettings, timeout: float | None, keep: Calla
     except OSError as exc:
         print(f"plugrl-test-trainer: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
         return 2
-    print(f"listening on ws://{_url_host(settings.host)}:{port}", flush=True)
+    print(f"listening on {settings.scheme}://{_url_host(settings.host)}:{port}", flush=True)
     try:
         report = await trainer.finished(timeout)
     except asyncio.TimeoutError:
@@ -1328,6 +1342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             metadata_delay_s=args.metadata_delay,
             grace_s=args.grace,
             reconnect_window_s=args.reconnect_window,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
         )
     except ValueError as exc:
         parser.error(str(exc))
