@@ -221,14 +221,21 @@ def action_like(draw):
     """Messages near a valid action: right or wrong types, shapes, ids and values."""
     n = draw(st.integers(1, 4))
     envs = draw(st.lists(st.integers(0, 6), min_size=n, max_size=n, unique=True))
-    dtype = draw(st.sampled_from(_DTYPES))
-    shape = draw(
-        st.one_of(
-            st.tuples(st.integers(0, 5), st.just(n), st.integers(0, 3)),
-            hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=4),
+    if draw(st.integers(0, 3)):
+        # mostly near-valid: float [H >= 1, n, d >= 1], values that may be NaN, inf or huge
+        dtype = draw(st.sampled_from(["<f4", ">f4", "<f8", "<f2"]))
+        shape = (draw(st.integers(1, 5)), n, draw(st.integers(1, 3)))
+        elements = st.floats(allow_nan=True, allow_infinity=True, width=8 * np.dtype(dtype).itemsize)
+        action = draw(hnp.arrays(np.dtype(dtype), shape, elements=elements))
+    else:
+        dtype = draw(st.sampled_from(_DTYPES))
+        shape = draw(
+            st.one_of(
+                st.tuples(st.integers(0, 5), st.just(n), st.integers(0, 3)),
+                hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=4),
+            )
         )
-    )
-    action = draw(hnp.arrays(np.dtype(dtype), shape))
+        action = draw(hnp.arrays(np.dtype(dtype), shape))
     data: dict = {"action": action}
     if draw(st.booleans()):
         data["env_ids"] = draw(
