@@ -449,3 +449,39 @@ def test_a_step_in_flight_when_the_connection_drops_still_counts_and_can_end_the
     rollout.reset_done(0)
     [infer2] = messages(rollout.poll(lambda env: obs(0)))
     assert infer2["step_ids"].tolist() == [0] and infer2["data"]["states"]["t"].tolist() == [[0.0]]
+
+
+def test_a_failed_robot_truncates_its_episode_at_the_last_reported_step():
+    rollout = Rollout(RolloutSettings(n_envs=1), Clock())
+    connect(rollout, horizon=4)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=4)
+    for t in (1, 2):
+        rollout.take_step(0)
+        rollout.finish_step(0, 1.0, False, False, False, obs(t))
+    rollout.take_step(0)  # step 3 never reports: the robot died
+    assert rollout.fail_env(0)
+    assert not rollout.step_in_flight(0) and rollout.take_step(0) is None
+    [feedback] = messages(rollout.poll(lambda env: None))
+    data = feedback["data"]
+    # no transition spans the failure: the observation and reward of the steps that reported
+    assert data["obs"]["states"]["t"].tolist() == [[2.0]]
+    assert data["rewards"].tolist() == [2.0]
+    assert data["truncated"].tolist() == [True] and data["terminated"].tolist() == [False]
+    assert data["info"]["episode"]["l"].tolist() == [2]
+    assert rollout.needs_reset(0)
+
+
+def test_a_robot_failing_in_the_first_step_of_a_chunk_freezes_it_until_the_connection_goes():
+    rollout = Rollout(RolloutSettings(n_envs=2), Clock())
+    connect(rollout, horizon=4)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=4)
+    rollout.take_step(0)
+    assert not rollout.fail_env(0)  # nothing to feed back: a feedback needs one reported step
+    assert rollout.take_step(0) is None  # and the frozen chunk is not run on
+    assert rollout.on_disconnected(rollout.epoch) == (0, 1)
+    rollout.reset_done(0)
+    connect(rollout, horizon=4)
+    [infer2] = messages(rollout.poll(lambda env: obs(0)))
+    assert infer2["env_indices"].tolist() == [0, 1] and infer2["step_ids"].tolist() == [0, 0]

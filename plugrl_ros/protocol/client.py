@@ -174,6 +174,7 @@ class TrainerClient:
         self._queue: asyncio.Queue[Outgoing | None] = asyncio.Queue()
         self._stopping = asyncio.Event()
         self._abort_detail: str | None = None
+        self._abort_code = CLOSE_PROTOCOL_ERROR
         self._fatal_detail: str | None = None
         self.frames_sent = 0
         self.bytes_sent = 0
@@ -193,10 +194,12 @@ class TrainerClient:
         self._queue.put_nowait(outgoing)
         return True
 
-    def abort(self, epoch: int, detail: str) -> None:
-        """Close connection ``epoch`` because the trainer broke the protocol; reconnect later."""
+    def abort(self, epoch: int, detail: str, code: int = CLOSE_PROTOCOL_ERROR) -> None:
+        """Close connection ``epoch`` and reconnect later: the trainer broke the protocol (1002), or
+        (1000) the connection holds a chunk that can only be dropped with it."""
         if epoch == self._epoch and self._ws is not None and self._abort_detail is None:
             self._abort_detail = detail
+            self._abort_code = code
             self._queue.put_nowait(None)
 
     def stop(self) -> None:
@@ -293,7 +296,7 @@ class TrainerClient:
             await ws.close(CLOSE_NORMAL)
             return CloseKind.CLIENT, "stopped", frames > 1
         if self._abort_detail is not None:
-            await ws.close(CLOSE_PROTOCOL_ERROR, "protocol error")
+            await ws.close(self._abort_code, "protocol error" if self._abort_code == CLOSE_PROTOCOL_ERROR else "")
             return CloseKind.ABORTED, self._abort_detail, frames > 1
         # the send failed because the connection closed under us
         await ws.wait_closed()

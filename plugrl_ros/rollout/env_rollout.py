@@ -67,6 +67,10 @@ class EnvRollout:
         # a step whose chunk was lost (the connection closed) but whose result
         # is still due: the robot did take it, so it still counts
         self.detached = False
+        # the robot stopped reporting during the first step of this chunk: the
+        # chunk can neither run nor be fed back, only dropped with the connection
+        self.frozen = False
+        self.last_row: Row | None = None  # the observation after the chunk's last completed step
         # lifetime counters
         self.episodes = 0
         self.steps_total = 0
@@ -101,10 +105,11 @@ class EnvRollout:
         self.cut = False
         self.truncate = False
         self.chunk_reward = 0.0
+        self.last_row = None
 
     def take_step(self) -> np.ndarray | None:
         """The action of the next step, now in flight; None if there is no step to take."""
-        if self.chunk is None or self.step_in_flight:
+        if self.chunk is None or self.step_in_flight or self.frozen:
             return None
         action = self.chunk[self.next_step]
         self.next_step += 1
@@ -140,6 +145,7 @@ class EnvRollout:
                 self._new_episode()
             return False
         if not (ended or interrupted or self.cut or self.next_step >= len(self.chunk)):
+            self.last_row = row
             return False
         episode = None
         if ended:
@@ -158,6 +164,40 @@ class EnvRollout:
             # The terminal observation is captured; the env may reset while
             # its feedback waits for a slot.
             self._episode_ended()
+        return True
+
+    def fail(self) -> bool:
+        """The step in flight will not report (the robot or its sensors failed): give it up.
+
+        No transition may span the failure, so the episode is truncated at the
+        last step that reported: the feedback carries that step's observation
+        and the reward of the steps before it. True if so; False if not one
+        step of the chunk had reported: then the chunk cannot be fed back
+        (a feedback needs at least one step) and must go with the connection.
+        """
+        assert self.step_in_flight
+        self.step_in_flight = False
+        completed = self.next_step - 1
+        if self.chunk is None:  # a detached step: its chunk already went with a connection
+            self.detached = False
+            self._episode_ended()
+            self._new_episode()
+            return True
+        if completed == 0:
+            self.frozen = True
+            self._episode_ended()
+            return False
+        self.pending = PendingFeedback(
+            row=self.last_row,
+            reward=self.chunk_reward,
+            terminated=False,
+            truncated=True,
+            step_id=self.step_id,
+            steps=completed,
+            episode=EpisodeSummary(self.episode_return, self.episode_length, self.episode_success),
+        )
+        self.chunk = None
+        self._episode_ended()
         return True
 
     def _episode_ended(self) -> None:
@@ -185,6 +225,7 @@ class EnvRollout:
         self.chunk = None
         self.pending = None
         self.inferring = False
+        self.frozen = False
         self.detached = self.step_in_flight
         if lost:
             self.chunks_lost += 1

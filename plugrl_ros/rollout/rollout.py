@@ -183,6 +183,17 @@ class Rollout:
             self._first_pending_at = self._clock()
         return ended
 
+    def fail_env(self, env: int) -> bool:
+        """``env``'s step in flight will not report: truncate its episode at its last reported step.
+
+        False if the chunk had no reported step: it cannot be fed back, and the
+        driver must reopen the connection to drop it.
+        """
+        handled = self.envs[env].fail()
+        if handled and self.envs[env].pending is not None and self._first_pending_at is None:
+            self._first_pending_at = self._clock()
+        return handled
+
     def needs_reset(self, env: int) -> bool:
         return self.envs[env].needs_reset
 

@@ -197,6 +197,7 @@ class BridgeNode(Node):
         stale = [io.stale_sources(now_ns) for io in self.envs]
         for io in self.envs:
             self._evaluate(io, now_ns, bool(stale[io.index]))
+            self._check_failure(io, stale[io.index])
         self._advance_resets()
         self._poll(now_ns)
         stamp = self._stamp()
@@ -246,10 +247,28 @@ class BridgeNode(Node):
         self.envs[env].publish(action, self._stamp())
 
     def _housekeeping(self) -> None:
-        """Lockstep: resets, deadlines and batching windows, which no message arrival drives."""
+        """Lockstep: failures, resets, deadlines and batching windows, which no message arrival drives."""
         self._ticks.append(time.monotonic())
+        for io in self.envs:
+            self._check_failure(io, [])
         self._advance_resets()
         self._poll()
+
+    def _check_failure(self, io: EnvIO, stale: list[str]) -> None:
+        """An env whose step result is ``env_timeout_s`` overdue has failed: take it out of the batch."""
+        timeout = self.config.control.env_timeout_s
+        i = io.index
+        if timeout <= 0 or not self.rollout.step_in_flight(i) or time.monotonic() - io.step_sent_s < timeout:
+            return
+        waiting = stale or io.step_waiting_for() or [io.problem or "its step result"]
+        cause = f"env {i}: no step result for {timeout:g} s (waiting for {', '.join(waiting)})"
+        if self.rollout.fail_env(i):
+            self.get_logger().warning(f"{cause}; its episode is truncated at its last reported step")
+            return
+        # Not one step of the chunk reported: a feedback needs at least one,
+        # so the chunk can only be dropped, and only with the connection.
+        self.get_logger().warning(f"{cause} during the first step of a chunk; reopening the trainer connection")
+        self.link.abort(self.rollout.epoch, cause, code=1000)
 
     def _advance_resets(self) -> None:
         for io in self.envs:
@@ -337,10 +356,10 @@ class BridgeNode(Node):
         if self.paused:
             return OK, "paused"
         if env.chunk is not None:
-            if env.step_in_flight:
-                waited = time.monotonic() - io.step_sent_s
-                if waited > self.config.control.step_timeout_s:
-                    return WARN, f"step result overdue ({waited:.1f} s): waiting for {', '.join(io.step_waiting_for())}"
+            waited = time.monotonic() - io.step_sent_s
+            if env.step_in_flight and waited > max(1.0, 0.5 * self.config.control.env_timeout_s):
+                waiting = ", ".join(io.step_waiting_for()) or "its step result"
+                return WARN, f"step result overdue ({waited:.1f} s): waiting for {waiting}"
             return OK, "running"
         if env.pending is not None:
             return OK, "chunk done, feedback queued"

@@ -114,7 +114,7 @@ class ControlConfig:
     action_dim: int = 0
     feedback_deadline_s: float = 30.0
     batch_window_s: float = 0.02
-    step_timeout_s: float = 10.0
+    env_timeout_s: float = 5.0
 
     @property
     def period_s(self) -> float:
@@ -265,7 +265,7 @@ def _control(section: Section) -> ControlConfig:
         action_dim=section.int("action_dim", 0, minimum=0),
         feedback_deadline_s=section.float("feedback_deadline_s", 30.0, positive=True, maximum=55.0),
         batch_window_s=section.float("batch_window_s", 0.02, minimum=0.0, maximum=5.0),
-        step_timeout_s=section.float("step_timeout_s", 10.0, positive=True),
+        env_timeout_s=section.float("env_timeout_s", 5.0, minimum=0.0),
     )
     section.finish()
     return control
