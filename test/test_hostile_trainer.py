@@ -273,3 +273,30 @@ def test_the_action_validator_either_returns_a_safe_chunk_or_raises_a_protocol_e
     assert chunk.actions.dtype == np.float64 and chunk.actions.ndim >= 2
     assert chunk.actions.shape[0] >= 1 and chunk.actions.shape[1] == len(envs)
     assert np.isfinite(chunk.actions).all()
+
+
+def test_an_operator_frame_cap_refuses_an_oversized_frame_and_reconnects():
+    from plugrl_ros.protocol.client import Disconnected, TrainerClient
+
+    events = []
+
+    async def scenario():
+        async def handler(ws):
+            await ws.send(codec.packb({"message_type": "metadata", "data": {"padding": b"x" * 2_000_000}}))
+            await asyncio.sleep(5)
+
+        async with serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as server:
+            port = server.sockets[0].getsockname()[1]
+            settings = ClientSettings(uri=f"ws://127.0.0.1:{port}", max_frame_bytes=1_000_000)
+
+            def on_event(event):
+                events.append(event)
+                if isinstance(event, Disconnected):
+                    client.stop()
+
+            client = TrainerClient(settings, on_event)
+            await asyncio.wait_for(client.run(), 30)
+
+    asyncio.run(scenario())
+    closes = [e for e in events if isinstance(e, Disconnected)]
+    assert closes and "1009" in closes[0].detail  # message too big: refused before it was held

@@ -70,6 +70,7 @@ class ClientSettings:
     reconnect_max_s: float = 10.0
     open_timeout_s: float = 10.0
     close_timeout_s: float = 5.0
+    max_frame_bytes: int | None = None  # the protocol allows frames of any size; a cap is the operator's choice
 
 
 class Backoff:
@@ -271,7 +272,7 @@ class TrainerClient:
                 except ConnectionClosed:
                     code, reason = _close_frame(ws)
                     kind = CloseKind.CLIENT if self._stopping.is_set() else classify_close(code, reason)
-                    return kind, f"code {code}, reason {reason!r}", frames > 1
+                    return kind, _close_detail(ws), frames > 1
                 if isinstance(frame, str):
                     # PROTOCOL.md: a text frame is fatal. Nothing more may be
                     # sent, not even what is already queued.
@@ -303,7 +304,7 @@ class TrainerClient:
         code, reason = _close_frame(ws)
         return (
             classify_close(code, reason),
-            f"code {code}, reason {reason!r} ({_describe(exc) if exc else 'closed'})",
+            f"{_close_detail(ws)} ({_describe(exc) if exc else 'closed'})",
             frames > 1,
         )
 
@@ -328,7 +329,7 @@ class TrainerClient:
         s = self._settings
         options: dict[str, Any] = {
             "compression": None,  # permessage-deflate must not be negotiated
-            "max_size": None,  # frames of any size: metadata alone may pass 1 MiB
+            "max_size": s.max_frame_bytes,  # default None: any size (metadata alone may pass 1 MiB)
             "ping_interval": None,  # the feedback timeout is the liveness check, not pings
             "ping_timeout": None,
             "open_timeout": s.open_timeout_s,
@@ -351,6 +352,16 @@ def _close_frame(ws: ClientConnection) -> tuple[int | None, str | None]:
     if received is None:
         return 1006, None  # no close frame: the connection dropped
     return received.code, received.reason
+
+
+def _close_detail(ws: ClientConnection) -> str:
+    """How the connection ended, for logs: the trainer's close frame, ours, or none."""
+    received, sent = ws.protocol.close_rcvd, ws.protocol.close_sent
+    if received is not None:
+        return f"code {received.code}, reason {received.reason!r}"
+    if sent is not None:
+        return f"closed by this client with code {sent.code} ({sent.reason or 'no reason'})"
+    return "dropped without a close frame (1006)"
 
 
 def _describe(exc: BaseException) -> str:

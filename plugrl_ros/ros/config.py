@@ -179,6 +179,7 @@ def load_config(flat: Mapping[str, Any]) -> BridgeConfig:
         reconnect_initial_s=trainer.float("reconnect_initial_s", 0.5, positive=True),
         reconnect_max_s=trainer.float("reconnect_max_s", 10.0, positive=True),
         open_timeout_s=trainer.float("open_timeout_s", 10.0, positive=True),
+        max_frame_bytes=_frame_cap(trainer),
     )
     if client.reconnect_max_s < client.reconnect_initial_s:
         raise ConfigError(trainer.key("reconnect_max_s"), client.reconnect_max_s, "must be >= reconnect_initial_s")
@@ -236,6 +237,13 @@ def load_config(flat: Mapping[str, Any]) -> BridgeConfig:
     )
     _check_shared_topics(config)
     return config
+
+
+def _frame_cap(section: Section) -> int | None:
+    megabytes = section.float("max_frame_mb", 0.0, minimum=0.0)
+    if 0 < megabytes < 4:
+        raise ConfigError(section.key("max_frame_mb"), megabytes, "0 (no limit) or at least 4 (metadata may be MiBs)")
+    return int(megabytes * 2**20) if megabytes else None
 
 
 def _uri(section: Section) -> str:
