@@ -221,7 +221,9 @@ class TrainerClient:
             )
         while not self._stopping.is_set():
             try:
-                ws = await connect(self._settings.uri, **self._connect_options())
+                ws = await self._connect()
+                if ws is None:
+                    break  # stopped while connecting
             except (OSError, InvalidHandshake, InvalidURI, asyncio.TimeoutError) as exc:
                 if isinstance(exc, InvalidURI):
                     self._fatal_detail = f"invalid trainer URI {self._settings.uri!r}"
@@ -250,6 +252,18 @@ class TrainerClient:
             delay = 0.0 if kind is CloseKind.RESYNC and progressed else self._backoff.next_delay()
             await self._sleep(delay)
         return CloseKind.CLIENT
+
+    async def _connect(self) -> ClientConnection | None:
+        """Open a connection, or None if :meth:`stop` came first (a hung handshake must not delay it)."""
+        opening = asyncio.ensure_future(connect(self._settings.uri, **self._connect_options()))
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not opening.done():
+            opening.cancel()
+            await asyncio.gather(opening, return_exceptions=True)
+            return None
+        return opening.result()
 
     @property
     def fatal_detail(self) -> str | None:

@@ -76,6 +76,9 @@ class Rollout:
         self.feedbacks_sent = 0
         self.infers_sent = 0
         self.infer_latencies: deque[float] = deque(maxlen=200)
+        # set when a held chunk can neither run nor be fed back: the driver must
+        # reopen the connection, the only way the protocol lets a chunk be dropped
+        self.reopen_reason: str | None = None
 
     # -- the trainer side ------------------------------------------------
 
@@ -156,6 +159,7 @@ class Rollout:
         self.connection.close()
         self.connection = None
         self._first_pending_at = None
+        self.reopen_reason = None
         return tuple(e.index for e in self.envs if e.lose_action())
 
     # -- the env side ----------------------------------------------------
@@ -237,6 +241,12 @@ class Rollout:
                 for env in self.envs:
                     if env.chunk is not None:
                         env.cut = True
+                unrun = [e.index for e in self.envs if e.chunk is not None and e.next_step == 0]
+                if self.paused and unrun:
+                    self.reopen_reason = (
+                        f"paused past the feedback deadline while env(s) {unrun} hold an action that never ran "
+                        "(a feedback needs at least one step)"
+                    )
         if conn.phase is Phase.INFER and not self.paused:
             if not out:
                 rows = self._capture_idle(capture, include_resetting_pending=False)

@@ -14,6 +14,7 @@ every source of the env has produced a message newer than the last action.
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import sys
 import time
@@ -192,7 +193,7 @@ class BridgeNode(Node):
 
     def _on_tick(self) -> None:
         """Timer mode: finish the steps of the last tick, send what is due, publish this tick's steps."""
-        self._ticks.append(time.monotonic())
+        self._ticks.append(self._now_ns() * 1e-9)  # the node's clock: simulated time under use_sim_time
         now_ns = self._now_ns()
         stale = [io.stale_sources(now_ns) for io in self.envs]
         for io in self.envs:
@@ -248,7 +249,7 @@ class BridgeNode(Node):
 
     def _housekeeping(self) -> None:
         """Lockstep: failures, resets, deadlines and batching windows, which no message arrival drives."""
-        self._ticks.append(time.monotonic())
+        self._ticks.append(self._now_ns() * 1e-9)
         for io in self.envs:
             self._check_failure(io, [])
         self._advance_resets()
@@ -297,6 +298,10 @@ class BridgeNode(Node):
 
         for outgoing in self.rollout.poll(capture):
             self.link.send(self.rollout.epoch, outgoing)
+        if self.rollout.reopen_reason is not None:
+            self.get_logger().warning(f"{self.rollout.reopen_reason}; reopening the trainer connection")
+            self.link.abort(self.rollout.epoch, self.rollout.reopen_reason, code=1000)
+            self.rollout.reopen_reason = None
         if self._lockstep:
             # a chunk may have just started for an env whose action arrived
             # while its previous step result was being processed
@@ -350,6 +355,8 @@ class BridgeNode(Node):
                 return WARN, f"reset failing ({io.reset.failures}x): {io.reset.last_error}"
             return OK, f"resetting ({io.reset.state.value})"
         if stale:
+            if all(reason.endswith("(nothing new since the reset)") for reason in stale):
+                return OK, "waiting for fresh observations after the reset"
             return WARN, "stale: " + "; ".join(stale)
         if io.problem:
             return WARN, io.problem
@@ -453,6 +460,73 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _empty_list_error(args: list[str]) -> ConfigError | None:
+    """ROS 2 cannot declare a parameter whose value is ``[]``; rclpy fails with a traceback that names
+    no key. Find such a value in the params files and ``-p`` overrides first and name it."""
+    import yaml
+
+    def walk(value: object, key: str) -> str | None:
+        if value == []:
+            return key
+        if isinstance(value, dict):
+            for name, child in value.items():
+                found = walk(child, f"{key}.{name}" if key else str(name))
+                if found:
+                    return found
+        return None
+
+    for i, arg in enumerate(args[:-1]):
+        found = None
+        if arg == "--params-file":
+            try:
+                with open(args[i + 1], encoding="utf-8") as stream:
+                    document = yaml.safe_load(stream) or {}
+            except (OSError, yaml.YAMLError):
+                continue  # rclpy reports an unreadable file itself
+            for section in document.values() if isinstance(document, dict) else ():
+                if isinstance(section, dict) and isinstance(section.get("ros__parameters"), dict):
+                    found = found or walk(section["ros__parameters"], "")
+        elif arg in ("-p", "--param") and args[i + 1].replace(" ", "").endswith(":=[]"):
+            found = args[i + 1].split(":=", 1)[0]
+        if found:
+            allowed = (
+                'the list must not be empty (one robot without a namespace: [""])'
+                if found == "envs"
+                else ("ROS 2 parameters cannot be empty lists: leave the key out for its default")
+            )
+            return ConfigError(found, [], allowed)
+    return None
+
+
+# glibc's mallopt parameters
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+# Every camera message, observation batch and frame is a buffer of the same
+# few sizes, allocated and freed tens of times a second. glibc serves blocks
+# above its mmap threshold (128 KiB at first) with fresh mmaps and returns
+# freed heap tops to the kernel, so each of them was page-faulted in again:
+# 12,000-20,000 faults a second, milliseconds at a time under the GIL, which
+# the control tick then waited for. Keep such blocks in the heap instead
+# (32 MiB is glibc's largest threshold) and the freed memory with the process.
+_MMAP_THRESHOLD_BYTES = 32 << 20
+_TRIM_THRESHOLD_BYTES = 256 << 20
+# The link thread encodes and frames observations in pure Python between its
+# C calls; by default a thread that wants the GIL waits up to 5 ms for it,
+# i.e. half a period at 100 Hz. The tick should wait a fraction of a ms.
+_SWITCH_INTERVAL_S = 0.0005
+
+
+def tune_process() -> None:
+    """Process settings for a control loop that shares its process with a streaming thread."""
+    sys.setswitchinterval(_SWITCH_INTERVAL_S)
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return  # not glibc: its allocator needs no such help, or offers none
+    mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+    mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES)
+
+
 def main(args: list[str] | None = None) -> int:
     """``ros2 run plugrl_ros bridge --ros-args --params-file bridge.yaml``."""
     from rclpy.signals import SignalHandlerOptions
@@ -462,25 +536,28 @@ def main(args: list[str] | None = None) -> int:
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGINT, _raise_interrupt)
-    try:
-        node = BridgeNode()
-    except ConfigError as exc:
-        print(f"[plugrl_bridge] configuration error: {exc}", file=sys.stderr)
-        rclpy.try_shutdown()
-        return EXIT_CONFIG
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
+    node: BridgeNode | None = None
     code = EXIT_OK
     try:
+        empty = _empty_list_error(list(sys.argv if args is None else args))
+        if empty is not None:
+            raise empty
+        node = BridgeNode()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
         while not node.finished:
             executor.spin_once(timeout_sec=0.1)
         code = node.exit_code
+    except ConfigError as exc:
+        print(f"[plugrl_bridge] configuration error: {exc}", file=sys.stderr)
+        code = EXIT_CONFIG
     except KeyboardInterrupt:
-        node.get_logger().info("interrupted: idling the actuators and closing the trainer connection")
+        if node is not None:
+            node.get_logger().info("interrupted: idling the actuators and closing the trainer connection")
     finally:
-        node.shutdown_gracefully()
-        executor.remove_node(node)
-        node.destroy_node()
+        if node is not None:
+            node.shutdown_gracefully()
+            node.destroy_node()
         rclpy.try_shutdown()
     return code
 
