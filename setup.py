@@ -18,7 +18,7 @@ setup(
     ],
     package_data={PACKAGE: ["config/*.yaml"]},
     python_requires=">=3.10",
-    install_requires=["numpy", "msgpack>=1.0", "websockets>=13.0"],
+    install_requires=["numpy", "msgpack>=1.0", "websockets>=15.0"],
     zip_safe=True,
     maintainer="plugrl_ros maintainers",
     maintainer_email="maintainers@plugrl-ros.dev",
@@ -27,9 +27,14 @@ setup(
     entry_points={
         "console_scripts": [
             "bridge = plugrl_ros.ros.bridge_node:main",
+            "demo_robot = plugrl_ros.demo.robot_node:main",
+            "demo_trainer = plugrl_ros.demo.trainer:main",
             "probe_robot = plugrl_ros.tools.probe_robot:main",
             "test_trainer = plugrl_ros.tools.test_trainer:main",
             "plugrl-bridge = plugrl_ros.ros.bridge_node:main",
+            "plugrl-demo = plugrl_ros.demo.runner:main",
+            "plugrl-demo-robot = plugrl_ros.demo.robot_node:main",
+            "plugrl-demo-trainer = plugrl_ros.demo.trainer:main",
             "plugrl-probe = plugrl_ros.tools.probe:main",
             "plugrl-probe-robot = plugrl_ros.tools.probe_robot:main",
             "plugrl-test-trainer = plugrl_ros.tools.test_trainer:main",

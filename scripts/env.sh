@@ -8,4 +8,4 @@ export PATH="$VENV/bin:$PATH"
 export AMENT_PREFIX_PATH="$VENV${AMENT_PREFIX_PATH:+:$AMENT_PREFIX_PATH}"
 # Keep DDS traffic on this machine: ROS_LOCALHOST_ONLY is ignored by these wheels.
 export ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}"
-export ROS_HOME="${ROS_HOME:-${TMPDIR:-/tmp}/plugrl-ros-home-$USER}"
+export ROS_HOME="${ROS_HOME:-${TMPDIR:-/tmp}/plugrl-ros-home-$(id -un)}"

@@ -1,0 +1,579 @@
+"""``plugrl-demo``: the whole demo in one command: trainer, simulated robot and bridge, live progress, a plot.
+
+The trainer runs in this process (on its own thread); the robot node and the
+bridge run as separate ROS processes, the bridge configured by the shipped
+``config/demo.yaml`` plus command-line overrides, exactly as a user would
+start it. Their logs go to files under the output directory; the terminal
+shows one progress line, fed by the trainer's statistics and the bridge's
+``/diagnostics``. The trainer ends the run after ``--duration`` seconds, the
+bridge then exits by itself, and the demo writes ``returns.png``,
+``summary.json`` and ``episodes.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from plugrl_ros.demo.robot_node import namespace
+from plugrl_ros.demo.trainer import (
+    RECENT_EPISODES,
+    DemoTrainerSettings,
+    EpisodeRecord,
+    TrainerStats,
+    TrainerThread,
+)
+from plugrl_ros.shipped import shipped_file
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+CONNECT_TIMEOUT_S = 60.0  # the bridge must reach the trainer within this long of starting
+STOP_TIMEOUT_S = 15.0
+END_GRACE_S = 60.0  # after the run ends, the bridge must exit within this long
+TTY_PERIOD_S = 1.0
+PLAIN_PERIOD_S = 5.0
+RATE_WINDOW_S = 5.0
+# The demo's feedback arrives within milliseconds, and config/demo.yaml makes the bridge send it within
+# control.feedback_deadline_s (5 s) in any case; a link that stalls is closed after this (a PlugRL
+# trainer waits 60 s) and the bridge reconnects.
+FEEDBACK_TIMEOUT_S = 10.0
+EPISODE_S = 3.0  # config/demo.yaml's episode.max_steps (60) at 20 Hz
+COMPARED_FRACTION = 0.1  # "first" and "last" in the summary: this share of the episodes each
+
+
+# -- the bridge's /diagnostics ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BridgeStatus:
+    """What the bridge last said on /diagnostics."""
+
+    received_at: float
+    connected: bool
+    infer_ms: float | None  # the bridge's median infer round trip over its recent infers
+    steps: int  # env steps, all envs
+    episodes: int
+    reconnects: int  # connections lost or resynced since the bridge started
+
+
+def parse_diagnostics(statuses: Sequence[Any], received_at: float) -> BridgeStatus | None:
+    """The bridge's status from a DiagnosticArray's statuses (None if the bridge is not among them)."""
+    trainer = None
+    steps = episodes = 0
+    for status in statuses:
+        values = {kv.key: kv.value for kv in status.values}
+        if status.name.endswith(": trainer") and "infer round trip median ms" in values:
+            trainer = values
+        elif ": env " in status.name and "steps" in values:
+            steps += _int(values.get("steps"))
+            episodes += _int(values.get("episodes"))
+    if trainer is None:
+        return None
+    try:
+        infer_ms: float | None = float(trainer["infer round trip median ms"])
+    except ValueError:
+        infer_ms = None  # "-": no infer yet
+    connected = trainer.get("connected") == "True"
+    return BridgeStatus(received_at, connected, infer_ms, steps, episodes, _int(trainer.get("reconnects")))
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0
+
+
+class DiagnosticsWatch:
+    """A small ROS node in this process that keeps the bridge's latest /diagnostics."""
+
+    def __init__(self) -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.signals import SignalHandlerOptions
+
+        # Ctrl-C stays a KeyboardInterrupt of this process: the demo stops its children itself.
+        self._context = rclpy.Context()
+        rclpy.init(context=self._context, signal_handler_options=SignalHandlerOptions.NO)
+        self._node = rclpy.create_node("plugrl_demo_progress", context=self._context)
+        self._node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+        self._executor = SingleThreadedExecutor(context=self._context)
+        self._executor.add_node(self._node)
+        self._lock = threading.Lock()
+        self._latest: BridgeStatus | None = None
+        self._history: deque[BridgeStatus] = deque(maxlen=4000)
+        self._thread = threading.Thread(target=self._spin, name="plugrl-demo-diagnostics", daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        from rclpy.executors import ExternalShutdownException
+
+        try:
+            self._executor.spin()
+        except ExternalShutdownException:
+            pass
+
+    def _on_diagnostics(self, msg: Any) -> None:
+        status = parse_diagnostics(msg.status, time.monotonic())
+        if status is not None:
+            with self._lock:
+                self._latest = status
+                self._history.append(status)
+
+    @property
+    def latest(self) -> BridgeStatus | None:
+        with self._lock:
+            return self._latest
+
+    def history(self) -> list[BridgeStatus]:
+        with self._lock:
+            return list(self._history)
+
+    def steps_per_s(self) -> float | None:
+        """Env steps per second over the last few seconds of reports."""
+        with self._lock:
+            if not self._history:
+                return None
+            last = self._history[-1]
+            window = [s for s in self._history if s.received_at >= last.received_at - RATE_WINDOW_S]
+        first = window[0]
+        if last.received_at - first.received_at < 0.5:
+            return None
+        return (last.steps - first.steps) / (last.received_at - first.received_at)
+
+    def close(self) -> None:
+        import rclpy
+
+        self._executor.shutdown(timeout_sec=1.0)
+        self._node.destroy_node()
+        rclpy.try_shutdown(context=self._context)
+        self._thread.join(2.0)
+
+
+# -- results ------------------------------------------------------------------------
+
+
+def summarize(records: Sequence[EpisodeRecord], duration_s: float) -> dict[str, Any]:
+    """Episodes, and the mean return of the first and last share of them."""
+    returns = [r.ret for r in records]
+    summary: dict[str, Any] = {"episodes": len(returns), "duration_s": round(duration_s, 1)}
+    if returns:
+        part = max(1, round(len(returns) * COMPARED_FRACTION))
+        summary["compared_episodes"] = part
+        summary["first_mean_return"] = round(float(np.mean(returns[:part])), 3)
+        summary["last_mean_return"] = round(float(np.mean(returns[-part:])), 3)
+        summary["improvement"] = round(summary["last_mean_return"] - summary["first_mean_return"], 3)
+    return summary
+
+
+def moving_average(values: Sequence[float], window: int) -> np.ndarray:
+    """The mean of each ``window`` consecutive values (len(values) - window + 1 of them)."""
+    data = np.asarray(values, dtype=np.float64)
+    if window < 1 or len(data) < window:
+        return np.zeros(0)
+    cumulative = np.concatenate([[0.0], np.cumsum(data)])
+    return (cumulative[window:] - cumulative[:-window]) / window
+
+
+def write_results(output: str | Path, records: Sequence[EpisodeRecord], summary: Mapping[str, Any]) -> dict[str, str]:
+    """Write returns.png, summary.json and episodes.csv into ``output``; their paths by name."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {name: str(out / name) for name in ("returns.png", "summary.json", "episodes.csv")}
+
+    with open(paths["episodes.csv"], "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["time_s", "env", "return", "length"])
+        for r in records:
+            writer.writerow([f"{r.time_s:.3f}", r.env, f"{r.ret:.5f}", r.length])
+
+    # The Agg canvas directly: no pyplot, so no display backend is ever looked for.
+    figure = Figure(figsize=(8, 4.5), dpi=100)
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    times = [r.time_s for r in records]
+    returns = [r.ret for r in records]
+    ax.scatter(times, returns, s=6, alpha=0.35, color="tab:blue", label="episode return")
+    window = max(5, min(50, len(returns) // 10))
+    smooth = moving_average(returns, window)
+    if len(smooth):
+        ax.plot(times[window - 1 :], smooth, color="tab:red", linewidth=2, label=f"moving average ({window} episodes)")
+    ax.set_xlabel("time since the bridge connected (s)")
+    ax.set_ylabel("episode return")
+    title = "plugrl_ros demo: reacher, " + f"{summary.get('episodes', 0)} episodes"
+    if "first_mean_return" in summary:
+        title += f"; mean return {summary['first_mean_return']:.2f} -> {summary['last_mean_return']:.2f}"
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if records:
+        ax.legend(loc="lower right")
+    figure.tight_layout()
+    figure.savefig(paths["returns.png"])
+
+    with open(paths["summary.json"], "w") as f:
+        json.dump({**summary, "files": paths}, f, indent=2)
+        f.write("\n")
+    return paths
+
+
+# -- the run ----------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="plugrl-demo", description=__doc__.splitlines()[0])
+    p.add_argument("--duration", type=float, default=180.0, help="seconds of training (default %(default)s)")
+    p.add_argument("--envs", type=int, default=2, help="simulated robots (default %(default)s)")
+    p.add_argument(
+        "--mode",
+        choices=("lockstep", "timer"),
+        default="lockstep",
+        help="lockstep: the simulator steps per command, as fast as it can (default); "
+        "timer: a fixed-rate loop, like a real robot",
+    )
+    p.add_argument("--rate", type=float, default=20.0, help="timer mode: control rate in Hz (default %(default)s)")
+    p.add_argument("--output", default="demo-output", help="results and logs go here (default %(default)s/)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the robot's poses and the trainer (default %(default)s)")
+    return p
+
+
+def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    if not args.duration > 0:
+        parser.error("--duration must be a positive number of seconds")
+    if args.envs < 1:
+        parser.error("--envs must be at least 1")
+    if not 0 < args.rate <= 1000:
+        parser.error("--rate must be in (0, 1000] Hz")
+
+
+def bridge_command(args: argparse.Namespace, config: Path, port: int) -> list[str]:
+    """The bridge's command line: the shipped config plus this run's overrides, as a user would write them."""
+    envs = ", ".join(f"'{namespace(i)}'" for i in range(args.envs))
+    overrides = {
+        "trainer.uri": f"ws://127.0.0.1:{port}",
+        "envs": f"[{envs}]",
+        "control.mode": args.mode,
+        "control.rate_hz": repr(float(args.rate)),
+    }
+    if args.mode == "timer":
+        # The robot then runs in real time at --rate: keep episodes as long in seconds as the config's
+        # max_steps are at its 20 Hz (in lockstep a step is always 0.05 s of simulated time).
+        overrides["episode.max_steps"] = str(max(1, round(EPISODE_S * args.rate)))
+    command = [sys.executable, "-m", "plugrl_ros.ros.bridge_node", "--ros-args", "--params-file", str(config)]
+    for key, value in overrides.items():
+        command += ["-p", f"{key}:={value}"]
+    return command
+
+
+def robot_command(args: argparse.Namespace) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "plugrl_ros.demo.robot_node",
+        "--envs",
+        str(args.envs),
+        "--mode",
+        args.mode,
+        "--rate",
+        repr(float(args.rate)),
+        "--seed",
+        str(args.seed),
+    ]
+
+
+class _Child:
+    """A ROS process whose output goes to a log file; stopped with SIGINT (DDS leaves shm files after -9)."""
+
+    def __init__(self, name: str, command: list[str], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log: IO[str] = open(log_path, "w")  # closed in stop()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # its own process group: a Ctrl-C in the terminal reaches it only through this demo, in order
+        self.proc = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+        code = self.proc.wait()
+        self._log.close()
+        return code
+
+
+class Progress:
+    """One status line, redrawn in place on a terminal; a plain line every few seconds otherwise."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._tty = stream.isatty()
+        self._period = TTY_PERIOD_S if self._tty else PLAIN_PERIOD_S
+        self._shown_at = -1e9
+        self._drawn = False
+
+    def due(self, now: float) -> bool:
+        return now - self._shown_at >= self._period
+
+    def show(self, now: float, text: str) -> None:
+        self._shown_at = now
+        if self._tty:
+            width = shutil.get_terminal_size((120, 20)).columns - 1
+            self._stream.write("\r\x1b[2K" + text[:width])
+            self._drawn = True
+        else:
+            self._stream.write(text + "\n")
+        self._stream.flush()
+
+    def done(self) -> None:
+        if self._drawn:
+            self._stream.write("\n")
+            self._stream.flush()
+            self._drawn = False
+
+
+def status_line(stats: TrainerStats, bridge: BridgeStatus | None, steps_per_s: float | None, duration: float) -> str:
+    """The progress line: connection, env steps/s, episodes, recent mean return, infer latency (fits 80 columns)."""
+    if stats.finished:
+        link = "run finished"
+    elif stats.connected:
+        link = "connected"
+    elif stats.elapsed_s > 0:
+        link = "DISCONNECTED"
+    else:
+        link = "waiting for the bridge"
+    clock = f"{min(stats.elapsed_s, duration):3.0f}/{duration:g} s"
+    rate = "-" if steps_per_s is None else f"{steps_per_s:.0f}"
+    ret = "-" if stats.recent_mean_return is None else f"{stats.recent_mean_return:.2f}"
+    infer = "-" if bridge is None or bridge.infer_ms is None else f"{bridge.infer_ms:.1f} ms"
+    return f"{clock} | {link} | {rate} steps/s | {stats.episodes} episodes | return {ret} | infer {infer}"
+
+
+class DemoRun:
+    """Starts the three parts, watches them, stops them, and reports."""
+
+    def __init__(self, args: argparse.Namespace, out: IO[str]) -> None:
+        self.args = args
+        self.out = out
+        self.output = Path(args.output)
+        self.logs = self.output / "logs"
+        self.failure: str | None = None
+
+    def _say(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def run(self) -> int:
+        args = self.args
+        self.logs.mkdir(parents=True, exist_ok=True)
+        config = shipped_file("config", "demo.yaml")
+        _log_to_file(self.logs / "trainer.log")
+        settings = DemoTrainerSettings(
+            port=0, duration_s=args.duration, seed=args.seed, feedback_timeout_s=FEEDBACK_TIMEOUT_S
+        )
+        trainer = TrainerThread(settings)
+        port = trainer.start()
+        mode = args.mode + (f" at {args.rate:g} Hz" if args.mode == "timer" else "")
+        self._say(
+            f"plugrl-demo: {args.envs} simulated reacher(s), {mode}, learning for {args.duration:g} s; "
+            f"trainer on port {port}; bridge config {config}; logs in {self.logs}/"
+        )
+        self._say(
+            "progress: time | trainer link | env steps/s | episodes | mean return of the last "
+            f"{RECENT_EPISODES} episodes | infer round trip (bridge median)"
+        )
+        watch = DiagnosticsWatch()
+        robot = _Child("robot", robot_command(args), self.logs / "robot.log")
+        bridge = _Child("bridge", bridge_command(args, config, port), self.logs / "bridge.log")
+        progress = Progress(self.out)
+        interrupted = False
+        started = time.monotonic()
+        latencies: list[float] = []
+        try:
+            self._watch(trainer, watch, robot, bridge, progress, started, latencies)
+        except KeyboardInterrupt:
+            interrupted = True
+            self.failure = "interrupted"
+        finally:
+            progress.done()
+            trainer.end()
+            bridge_code = bridge.stop()
+            robot_code = robot.stop()
+            trainer.join(10.0)
+            history = watch.history()
+            watch.close()
+        if interrupted:
+            self._say("plugrl-demo: interrupted; stopped the bridge, the robot and the trainer")
+        stats = trainer.trainer.stats()
+        records = trainer.trainer.records()
+        summary = summarize(records, stats.elapsed_s)
+        summary.update(self._run_facts(history, stats, latencies, bridge_code, robot_code))
+        if self.failure is None and trainer.error is not None:
+            self.failure = f"the trainer failed: {trainer.error!r}"
+        if self.failure is None and bridge_code != 0:
+            self.failure = f"the bridge exited with status {bridge_code}; see {bridge.log_path}"
+        if self.failure is None and robot_code != 0:
+            self.failure = f"the robot exited with status {robot_code}; see {robot.log_path}"
+        if self.failure is None and not records:
+            self.failure = "no episode completed"
+        summary["ok"] = self.failure is None
+        if self.failure is not None:
+            summary["failure"] = self.failure
+        paths = write_results(self.output, records, summary)
+        self._print_summary(summary, paths)
+        if interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_OK if self.failure is None else EXIT_FAILED
+
+    def _watch(
+        self,
+        trainer: TrainerThread,
+        watch: DiagnosticsWatch,
+        robot: _Child,
+        bridge: _Child,
+        progress: Progress,
+        started: float,
+        latencies: list[float],
+    ) -> None:
+        """Show progress until the bridge exits, or something fails (then :attr:`failure` says what)."""
+        duration = self.args.duration
+        last_sample = None
+        while True:
+            now = time.monotonic()
+            if bridge.poll() is not None:
+                return
+            if robot.poll() is not None:
+                self.failure = f"the robot exited with status {robot.poll()}; see {robot.log_path}"
+                return
+            stats = trainer.trainer.stats()
+            if not trainer.alive and not stats.finished:
+                self.failure = f"the trainer stopped unexpectedly: {trainer.error!r}"
+                return
+            if stats.elapsed_s == 0 and now - started > CONNECT_TIMEOUT_S:
+                self.failure = f"the bridge did not connect within {CONNECT_TIMEOUT_S:g} s; see {bridge.log_path}"
+                return
+            if stats.finished and now - started > duration + CONNECT_TIMEOUT_S + END_GRACE_S:
+                self.failure = f"the bridge did not exit after the run ended; see {bridge.log_path}"
+                return
+            bridge_status = watch.latest
+            if bridge_status is not None and bridge_status is not last_sample:
+                last_sample = bridge_status
+                if bridge_status.infer_ms is not None and bridge_status.connected:
+                    latencies.append(bridge_status.infer_ms)
+            if progress.due(now):
+                progress.show(now, status_line(stats, bridge_status, watch.steps_per_s(), duration))
+            time.sleep(0.1)
+
+    def _run_facts(
+        self,
+        history: list[BridgeStatus],
+        stats: TrainerStats,
+        latencies: list[float],
+        bridge_code: int,
+        robot_code: int,
+    ) -> dict[str, Any]:
+        args = self.args
+        steps = history[-1].steps if history else 0
+        facts: dict[str, Any] = {
+            "envs": args.envs,
+            "mode": args.mode,
+            "rate_hz": args.rate if args.mode == "timer" else None,
+            "seed": args.seed,
+            "env_steps": steps,
+            "env_steps_per_s": round(steps / stats.elapsed_s, 1) if stats.elapsed_s > 0 else None,
+            "chunks": stats.chunks,
+            "policy_updates": stats.updates,
+            "final_policy_noise": round(stats.policy_std, 3),
+            "infer_round_trip_median_ms": round(statistics.median(latencies), 2) if latencies else None,
+            "trainer_reconnects": history[-1].reconnects if history else None,
+            "bridge_exit_code": bridge_code,
+            "robot_exit_code": robot_code,
+        }
+        return facts
+
+    def _print_summary(self, summary: Mapping[str, Any], paths: Mapping[str, str]) -> None:
+        lines = ["", "plugrl-demo summary"]
+        lines.append(
+            f"  {summary['episodes']} episodes in {summary['duration_s']:g} s, "
+            f"{summary['env_steps']} env steps ({summary['env_steps_per_s'] or '-'} steps/s, {summary['envs']} envs, "
+            f"{summary['mode']})"
+        )
+        if "first_mean_return" in summary:
+            n = summary["compared_episodes"]
+            lines.append(
+                f"  mean episode return: first {n} episodes {summary['first_mean_return']:.2f} -> "
+                f"last {n} episodes {summary['last_mean_return']:.2f} ({summary['improvement']:+.2f})"
+            )
+        latency = summary["infer_round_trip_median_ms"]
+        lines.append(f"  infer round trip (bridge, median): {'-' if latency is None else f'{latency:.1f} ms'}")
+        if summary["trainer_reconnects"]:
+            lines.append(
+                f"  the bridge lost the trainer link {summary['trainer_reconnects']} time(s) and reconnected; "
+                f"see {self.logs / 'bridge.log'}"
+            )
+        lines.append(f"  plot: {paths['returns.png']}")
+        lines.append(f"  summary: {paths['summary.json']}; episodes: {paths['episodes.csv']}; logs: {self.logs}/")
+        if summary.get("failure"):
+            lines.append(f"  FAILED: {summary['failure']}")
+        self._say("\n".join(lines))
+
+
+def _log_to_file(path: Path) -> None:
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("plugrl_ros")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    root.propagate = False  # the terminal shows the progress line, not a log
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the demo; 0 when it ran to the end and episodes completed."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check(args, parser)
+    # The children run in their own sessions, so they hear a stop only from
+    # here: SIGTERM, like Ctrl-C, stops them in order.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    return DemoRun(args, sys.stdout).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""Tests of the demo: the reacher, the demo trainer's exchange and learning, the runner's pieces, the whole demo."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from harness import ROOT, stop
+
+from plugrl_ros.demo.reacher import Reacher, ReacherSpec, fingertip
+from plugrl_ros.demo.runner import moving_average, parse_diagnostics, summarize
+from plugrl_ros.demo.trainer import (
+    DemoTrainerSettings,
+    EpisodeRecord,
+    PolicyGradient,
+    Session,
+    TrainerThread,
+)
+from plugrl_ros.protocol.client import ClientSettings
+from plugrl_ros.protocol.codec import unpackb
+from plugrl_ros.protocol.errors import ProtocolError
+from plugrl_ros.protocol.messages import ObservationRow, build_feedback, build_infer, episode_info
+from plugrl_ros.tools.headless_probe import HeadlessProbe, HeadlessSettings
+
+SPEC = ReacherSpec()
+
+
+def arm(seed: int = 0) -> Reacher:
+    return Reacher(SPEC, np.random.default_rng(seed))
+
+
+# -- the reacher ---------------------------------------------------------------------
+
+
+def test_fingertip_is_the_forward_kinematics_of_both_links():
+    assert np.allclose(fingertip(SPEC, np.array([0.0, 0.0])), [0.2, 0.0])
+    assert np.allclose(fingertip(SPEC, np.array([np.pi / 2, 0.0])), [0.0, 0.2])
+    assert np.allclose(fingertip(SPEC, np.array([0.0, np.pi / 2])), [0.1, 0.1])
+
+
+def test_joints_track_the_commanded_velocity_within_speed_and_joint_limits():
+    a = arm()
+    a.q = np.array([0.0, 0.0])
+    for _ in range(40):
+        a.step(np.array([1.0, -10.0]))  # the elbow command is beyond max_speed
+    assert a.qd[0] == pytest.approx(1.0, abs=1e-3)
+    assert a.q[0] == pytest.approx(1.0 * 40 * SPEC.dt, abs=0.15)  # the motor lag costs a little
+    for _ in range(200):
+        a.step(np.array([2.0, -2.0]))
+    assert a.q[0] == pytest.approx(SPEC.joint_limit) and a.q[1] == pytest.approx(-SPEC.joint_limit)
+    assert np.all(a.qd == 0.0)  # stopped at the limits
+
+
+def test_reward_is_minus_the_distance_to_the_target_minus_the_action_cost():
+    a = arm()
+    command = np.array([0.5, -1.0])
+    reward, _ = a.step(command)
+    assert reward == pytest.approx(-a.distance() - SPEC.action_cost * float(command @ command))
+
+
+def test_episode_terminates_after_the_fingertip_holds_on_the_target():
+    a = arm()
+    a.q = a.target_q.copy()
+    results = [a.step(np.zeros(2))[1] for _ in range(SPEC.hold_steps)]
+    assert results == [False] * (SPEC.hold_steps - 1) + [True]
+    a.reset()
+    assert a.distance() >= SPEC.min_target_distance
+    assert a.step(np.zeros(2))[1] is False
+
+
+def test_reset_is_seeded_and_starts_at_rest_away_from_the_target():
+    one, two, other = arm(5), arm(5), arm(6)
+    for _ in range(20):
+        assert np.array_equal(one.q, two.q) and np.array_equal(one.target_q, two.target_q)
+        assert np.all(one.qd == 0.0) and one.steps == 0
+        assert one.distance() >= SPEC.min_target_distance
+        assert np.all(np.abs(one.q) <= SPEC.joint_limit - SPEC.start_margin)
+        one.reset()
+        two.reset()
+    assert not np.array_equal(arm(5).q, other.q)
+
+
+def test_target_state_points_from_the_fingertip_and_the_joints_to_the_target():
+    a = arm(3)
+    state = a.target_state()
+    assert np.allclose(fingertip(SPEC, a.q) + state[:2], a.target)
+    assert np.allclose(fingertip(SPEC, a.q + state[2:]), a.target)
+
+
+def test_render_draws_the_arm_and_the_target_where_they_are():
+    a = arm(1)
+    image = a.render(64)
+    assert image.shape == (64, 64, 3) and image.dtype == np.uint8
+    scale = (64 / 2 - 2) / (SPEC.reach * 1.1)
+    col, row = (round(32 + a.target[0] * scale), round(32 - a.target[1] * scale))
+    assert tuple(image[row, col]) == (230, 60, 50)  # the target's red at the target
+    before = image.copy()
+    a.q = a.q + 0.5
+    assert not np.array_equal(a.render(64), before)  # the arm moved in the picture
+    assert a.render(96).shape == (96, 96, 3)
+
+
+# -- the trainer's exchange ----------------------------------------------------------------
+
+
+def observation(states: list[np.ndarray]) -> dict:
+    joints = np.array([s[:4] for s in states], dtype="<f8").reshape(len(states), 4)
+    target = np.array([s[4:] for s in states], dtype="<f8").reshape(len(states), 4)
+    images = np.zeros((len(states), 8, 8, 3), dtype=np.uint8)
+    return {"images": {"camera": images}, "states": {"joints": joints, "target": target}, "text": [""] * len(states)}
+
+
+def session(horizon: int = 5) -> Session:
+    return Session(PolicyGradient(DemoTrainerSettings(horizon=horizon, seed=1)), horizon)
+
+
+def test_infer_gets_a_time_major_chunk_for_its_envs():
+    s = session(horizon=5)
+    states = [np.arange(8.0), np.arange(8.0) + 1]
+    frame, _ = s.receive(build_infer([3, 1], [0, 0], observation(states)))
+    action = unpackb(frame)
+    assert action["message_type"] == "action"
+    assert action["data"]["env_ids"].tolist() == [3, 1]
+    chunk = action["data"]["action"]
+    assert chunk.shape == (5, 2, 2) and chunk.dtype.str == "<f4"
+    # one command per env, repeated over the chunk's steps
+    assert np.array_equal(chunk[0], chunk[4]) and not np.array_equal(chunk[0, 0], chunk[0, 1])
+
+
+def feedback(envs, states, rewards, terminated, info=None) -> dict:
+    m = len(envs)
+    return build_feedback(
+        envs, [1] * m, observation(states), rewards, terminated, [False] * m, info if info is not None else {}
+    )
+
+
+def test_reuse_takes_the_last_feedback_observation_and_is_refused_after_a_terminal_one():
+    s = session()
+    state = np.arange(8.0)
+    s.receive(build_infer([0, 1], [0, 0], observation([state, state])))
+    ended = episode_info([False, True], [0.0, -3.0], [0, 5], [False, False])
+    _, finished = s.receive(feedback([0, 1], [state, state], [-1.0, -3.0], [False, True], ended))
+    assert finished == [(1, -3.0, 5)]
+    frame, _ = s.receive(build_infer([0], [1], observation([]), reuse=[True]))
+    assert unpackb(frame)["data"]["action"].shape == (5, 1, 2)
+    s.receive(feedback([0], [state], [-1.0], [False]))
+    with pytest.raises(ProtocolError, match="reuse"):
+        s.receive(build_infer([1], [0], observation([]), reuse=[True]))
+
+
+def test_exchange_out_of_order_is_a_protocol_error():
+    s = session()
+    with pytest.raises(ProtocolError, match="message_type"):
+        s.receive(feedback([0], [np.zeros(8)], [0.0], [False]))
+    s.receive(build_infer([0], [0], observation([np.zeros(8)])))
+    s.receive(feedback([0], [np.zeros(8)], [0.0], [False]))
+    s.receive(build_infer([0], [1], observation([np.zeros(8)])))
+    with pytest.raises(ProtocolError, match="holds no action"):
+        s.receive(feedback([1], [np.zeros(8)], [0.0], [False]))
+
+
+# -- the trainer learns, over the real websocket protocol ----------------------------------
+
+
+class ReacherEnvs:
+    """Reachers behind the headless client stack (as the probe envs are), with the demo robot's observation."""
+
+    def __init__(self, n: int, action_dim: int) -> None:
+        assert action_dim == 2
+        self.n = n
+        self.action_dim = action_dim
+        self.arms = [Reacher(SPEC, np.random.default_rng([0, i])) for i in range(n)]
+
+    def step(self, env: int, action: np.ndarray) -> tuple[float, bool]:
+        # the bridge clips to config/demo.yaml's limits before the robot sees the command
+        return self.arms[env].step(np.clip(action, -2.0, 2.0))
+
+    def reset(self, env: int) -> None:
+        self.arms[env].reset()
+
+    def row(self, env: int) -> ObservationRow:
+        a = self.arms[env]
+        return ObservationRow(
+            images={"camera": a.render(32)},
+            states={"joints": np.concatenate([a.q, a.qd]), "target": a.target_state()},
+        )
+
+
+def test_trainer_improves_the_mean_episode_return():
+    trainer = TrainerThread(DemoTrainerSettings(port=0, duration_s=300.0, seed=0))
+    port = trainer.start()
+    probe = HeadlessProbe(
+        HeadlessSettings(
+            client=ClientSettings(uri=f"ws://127.0.0.1:{port}"), n_envs=2, steps=2500, max_episode_steps=60
+        ),
+        make_envs=ReacherEnvs,
+    )
+    try:
+        assert asyncio.run(asyncio.wait_for(probe.run(), 60.0)) == 0
+    finally:
+        trainer.end()
+        assert trainer.join(10.0)
+    returns = np.array([r.ret for r in trainer.trainer.records()])
+    assert len(returns) > 300
+    tenth = len(returns) // 10
+    first, last = returns[:tenth].mean(), returns[-tenth:].mean()
+    # a zero policy scores about -12.5 here, a hand-tuned one about -3.6
+    assert first < -9.0
+    assert last > first + 3.0, (first, last)
+    assert trainer.trainer.stats().updates > 10
+
+
+# -- the runner's pieces ------------------------------------------------------------------
+
+
+def kv(key: str, value: str) -> SimpleNamespace:
+    return SimpleNamespace(key=key, value=value)
+
+
+def test_parse_diagnostics_reads_the_bridge_link_and_sums_the_envs():
+    statuses = [
+        SimpleNamespace(
+            name="plugrl_bridge: trainer",
+            values=[kv("connected", "True"), kv("infer round trip median ms", "3.5"), kv("reconnects", "2")],
+        ),
+        SimpleNamespace(name="plugrl_bridge: control", values=[kv("mode", "lockstep")]),
+        SimpleNamespace(name="plugrl_bridge: env 0 (reacher0)", values=[kv("steps", "100"), kv("episodes", "2")]),
+        SimpleNamespace(name="plugrl_bridge: env 1 (reacher1)", values=[kv("steps", "50"), kv("episodes", "1")]),
+    ]
+    status = parse_diagnostics(statuses, 1.0)
+    assert status is not None
+    assert (status.connected, status.infer_ms, status.reconnects) == (True, 3.5, 2)
+    assert (status.steps, status.episodes) == (150, 3)
+    statuses[0].values[1] = kv("infer round trip median ms", "-")
+    assert parse_diagnostics(statuses, 1.0).infer_ms is None
+    assert parse_diagnostics(statuses[1:], 1.0) is None  # another node's diagnostics
+
+
+def test_summary_compares_the_first_and_last_episodes():
+    records = [EpisodeRecord(float(i), 0, float(i), 10) for i in range(100)]
+    summary = summarize(records, 60.0)
+    assert summary["episodes"] == 100
+    assert summary["first_mean_return"] == pytest.approx(np.mean(range(summary["compared_episodes"])))
+    assert summary["last_mean_return"] > summary["first_mean_return"]
+    assert summarize([], 1.0)["episodes"] == 0
+    assert moving_average([1, 2, 3, 4], 2).tolist() == [1.5, 2.5, 3.5]
+    assert len(moving_average([1.0], 5)) == 0
+
+
+# -- the whole demo, as a newcomer runs it -------------------------------------------------
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_demo_script_runs_learns_and_writes_its_results(tmp_path: Path):
+    output = tmp_path / "demo"
+    env = dict(os.environ, VENV=sys.prefix, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [str(ROOT / "scripts" / "demo.sh"), "--duration", "25", "--output", str(output)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, out
+    assert (output / "returns.png").stat().st_size > 10_000
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["ok"] is True and summary["episodes"] > 0, summary
+    assert summary["bridge_exit_code"] == 0 and summary["env_steps"] > 0
+    assert summary["infer_round_trip_median_ms"] is not None
+    # progress lines while it ran, then the summary: no log flood
+    assert "steps/s" in out and "plugrl-demo summary" in out
+    assert "[INFO]" not in out
+    assert (output / "logs" / "bridge.log").read_text().count("connected to the trainer") == 1
+
+
+def test_demo_launch_file_starts_the_three_executables_with_the_demo_config():
+    source = (ROOT / "launch" / "demo.launch.py").read_text()
+    tree = ast.parse(source)
+    arguments = {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") == "DeclareLaunchArgument"
+        and isinstance(node.args[0], ast.Constant)
+    }
+    assert {"envs", "mode", "rate", "duration", "config"} <= arguments
+    assert 'ExecutableInPackage("demo_trainer", "plugrl_ros")' in source
+    assert 'executable="demo_robot"' in source and 'executable="bridge"' in source
+    assert '"demo.yaml"' in source
+    entry_points = (ROOT / "setup.py").read_text()
+    for script, target in [
+        ("demo_robot", "plugrl_ros.demo.robot_node:main"),
+        ("demo_trainer", "plugrl_ros.demo.trainer:main"),
+        ("plugrl-demo", "plugrl_ros.demo.runner:main"),
+        ("plugrl-demo-robot", "plugrl_ros.demo.robot_node:main"),
+        ("plugrl-demo-trainer", "plugrl_ros.demo.trainer:main"),
+    ]:
+        assert f'"{script} = {target}"' in entry_points
