@@ -32,6 +32,8 @@ class Finished:
 
 LinkEvent = Event | Finished
 
+_FALLBACK_DRAIN_S = 0.02
+
 
 class TrainerLink:
     """Owns the client thread; ``on_event`` is called on the executor thread, in order."""
@@ -46,6 +48,11 @@ class TrainerLink:
         self._on_event = on_event
         self._events: deque[LinkEvent] = deque()
         self._guard = node.create_guard_condition(self._deliver, callback_group=callback_group)
+        # A guard condition triggered from another thread can, rarely, fail to
+        # wake the executor (seen about once in 20,000 chunks): the event would
+        # then sit here until the trainer's feedback timeout. A slow timer
+        # drains whatever such a lost wakeup left behind.
+        node.create_timer(_FALLBACK_DRAIN_S, self._deliver, callback_group=callback_group)
         self._loop = asyncio.new_event_loop()
         # asyncio primitives bind to a loop on first use, so the client may be
         # built here and run on the link thread.
