@@ -1,0 +1,155 @@
+"""Every command README.md shows is run here, or mirrored exactly by a named test.
+
+A command added to the README without an entry below fails this test, so
+the README cannot drift from what is tested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+
+import pytest
+from harness import ROOT, ros_env
+
+from plugrl_ros.tools.test_trainer import TestTrainer, TrainerSettings
+
+README = (ROOT / "README.md").read_text()
+
+COLCON = "mirror: test_packaging.py::test_colcon_builds_an_install_tree_whose_bridge_starts_with_the_shipped_config"
+LAUNCH = "mirror: test_packaging.py::test_the_launch_file_starts_the_bridge_executable_with_the_shipped_config"
+DEMO = "mirror: test_demo.py::test_demo_script_runs_learns_and_writes_its_results"
+DEMO_LAUNCH = "mirror: test_demo.py::test_demo_launch_file_starts_the_three_executables_with_the_demo_config"
+ROS_PROBE = "mirror: test_probe_ros.py::test_the_ros_probe_passes_every_clause"
+HEADLESS = "run: test_the_headless_probe_command_checks_a_trainer_link"
+BRIDGE = "mirror: test_bridge_node.py::"
+PAUSE = BRIDGE + "test_pausing_idles_the_actuators_truncates_the_running_episode_and_unpausing_resumes"
+DIAGNOSTICS = BRIDGE + "test_diagnostics_report_the_link_the_achieved_control_rate_and_each_envs_episodes"
+
+# command prefix -> how it is exercised: "run: <test here>", "mirror: <test file>::<test>", or why not here
+EXERCISED = {
+    "scripts/demo.sh": DEMO,
+    "scripts/test.sh": "run: test_ci_runs_exactly_the_readme_test_command",
+    "mkdir -p ~/plugrl_ws/src": COLCON,
+    "cd ~/plugrl_ws": COLCON,
+    "git clone": COLCON,
+    "source /opt/ros/": "not here: apt ROS 2 is not on these machines; the wheels run the same code (ROS_ON_PIP.md)",
+    "rosdep install": "mirror: test_packaging.py::test_every_third_party_import_is_declared_in_package_xml",
+    "pip install --user 'websockets>=15'": "mirror: .ci/run (the suite runs again with websockets==15.0)",
+    "colcon build --packages-select plugrl_ros": COLCON,
+    "source install/setup.bash": COLCON,
+    "ros2 launch plugrl_ros bridge.launch.py": LAUNCH,
+    "ros2 run plugrl_ros bridge --ros-args --params-file": COLCON,
+    "ros2 launch plugrl_ros demo.launch.py": DEMO_LAUNCH,
+    "plugrl-probe --headless --server ws://HOST:PORT": HEADLESS,
+    "plugrl-probe --server ws://": ROS_PROBE,
+    "ros2 run plugrl_ros plugrl-probe": ROS_PROBE,
+    "plugrl-test-trainer --port 8000 --script resync,stop": HEADLESS,
+    "ros2 service call /plugrl_bridge/set_paused": PAUSE,
+    "ros2 topic echo /diagnostics": DIAGNOSTICS,
+    "ros2 topic info -v": "not here: ros2cli is not on PyPI; a standard ROS 2 tool the troubleshooting table points to",
+}
+
+_COMMAND_WORDS = ("scripts/", "plugrl-", "ros2 ", "colcon ", "rosdep ", "pip ", "git ", "mkdir ", "cd ", "source ")
+
+
+def readme_commands() -> list[str]:
+    """Commands in fenced shell blocks and in inline code that starts with a command word."""
+    commands = []
+    for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", README, flags=re.S):
+        for line in block.splitlines():
+            line = line.split("#")[0].strip() if not line.lstrip().startswith("#") else ""
+            if line.startswith(_COMMAND_WORDS):
+                commands.append(line)
+    for inline in re.findall(r"`([^`\n]+)`", README):
+        if inline.startswith(_COMMAND_WORDS) and " " in inline:
+            commands.append(inline)
+    return commands
+
+
+def test_every_readme_command_is_exercised():
+    unmapped = [c for c in readme_commands() if not any(c.startswith(prefix) for prefix in EXERCISED)]
+    assert not unmapped, f"README commands with no test: {unmapped}"
+
+
+def test_every_mirroring_test_exists():
+    for how in EXERCISED.values():
+        if how.startswith("mirror: test_"):
+            file, name = how.removeprefix("mirror: ").split("::")
+            assert f"def {name}(" in (ROOT / "test" / file).read_text(), how
+
+
+def test_the_quick_start_holds_exactly_the_two_commands():
+    section = README.split("## Quick start", 1)[1]
+    block = re.search(r"```[a-z]*\n(.*?)```", section, flags=re.S).group(1)
+    assert [line.strip() for line in block.strip().splitlines()] == ["scripts/demo.sh", "scripts/test.sh"]
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"(?m)^scripts/test\.sh$", ci), "CI must call the README's test command as it is written"
+    script = (ROOT / "scripts" / "test.sh").read_text()
+    assert "setup-venv.sh" in script and "pytest" in script and "ruff check" in script
+
+
+def test_the_headless_probe_command_checks_a_trainer_link():
+    """`plugrl-test-trainer --port 8000 --script resync,stop` and `plugrl-probe --headless --server ...`."""
+
+    async def scenario():
+        trainer = TestTrainer(TrainerSettings(port=0, script=("resync", "stop"), feedbacks_per_connection=5))
+        port = await trainer.start()
+        command = ["plugrl-probe", "--headless", "--server", f"ws://127.0.0.1:{port}", "--envs", "3"]
+        probe = await asyncio.create_subprocess_exec(*_installed(command), env=ros_env(), stderr=subprocess.PIPE)
+        _, stderr = await asyncio.wait_for(probe.communicate(), 60)
+        return probe.returncode, await trainer.finished(30), stderr.decode()
+
+    code, report, stderr = asyncio.run(scenario())
+    assert code == 0, stderr
+    assert report.failed == 0 and report.text().endswith(f"{report.passed} passed, 0 failed"), report.text()
+    assert "the trainer finished the run" in stderr
+
+
+def test_the_test_trainer_command_prints_its_report():
+    command = _installed(["plugrl-test-trainer", "--port", "0", "--script", "resync,stop", "--timeout", "3"])
+    out = subprocess.run(command, env=ros_env(), capture_output=True, text=True, timeout=60, check=False)
+    assert out.stdout.startswith("listening on ws://127.0.0.1:"), out.stdout + out.stderr
+    assert re.search(r"\d+ passed, \d+ failed\n?$", out.stdout)
+    assert out.returncode == 2  # nobody connected before --timeout
+
+
+def _installed(command: list[str]) -> list[str]:
+    """The console script if installed (as README users run it), else its module."""
+    import shutil
+
+    if shutil.which(command[0]):
+        return command
+    module = {"plugrl-probe": "plugrl_ros.tools.probe", "plugrl-test-trainer": "plugrl_ros.tools.test_trainer"}
+    return [sys.executable, "-m", module[command[0]], *command[1:]]
+
+
+@pytest.mark.parametrize(
+    "fragment",
+    [
+        "configuration error: ",
+        "unknown key under ",
+        "did you mean ",
+        "cannot reach the trainer at ",
+        "offers a QoS this subscription (",
+        "(no message yet)",
+        "(last message ",
+        "the trainer broke the protocol: ",
+        "but the configured actions read ",
+        "is not available",
+        "no step result for ",
+        "stopping: ",
+        "the trainer sent a text frame",
+        "is plain ws:// to another host: the link is unauthenticated",
+    ],
+)
+def test_every_troubleshooting_message_is_one_the_package_prints(fragment):
+    troubleshooting = README.split("## Troubleshooting", 1)[1].split("\n## ", 1)[0]
+    assert fragment in troubleshooting
+    sources = "".join(p.read_text() for p in (ROOT / "plugrl_ros").rglob("*.py"))
+    assert fragment in sources, f"README quotes a message the package never prints: {fragment!r}"
