@@ -30,7 +30,6 @@ from collections.abc import Callable
 
 import numpy as np
 import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float32, Float64MultiArray, MultiArrayDimension
@@ -38,6 +37,7 @@ from std_srvs.srv import Trigger
 
 from plugrl_ros.demo.reacher import JOINT_NAMES, Reacher, ReacherSpec
 from plugrl_ros.ros.qos import qos_profile
+from plugrl_ros.ros.spin import spin_until_shutdown
 
 MODES = ("lockstep", "timer")
 # Timer mode: a driver that hears no command for this long stops the arm
@@ -198,16 +198,7 @@ def main(args: list[str] | None = None) -> int:
         parser.error("--image-size must be at least 16")
     rclpy.init(args=args)
     node = DemoRobot(options.envs, options.mode, options.rate, options.seed, options.image_size)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return spin_until_shutdown(node)
 
 
 if __name__ == "__main__":

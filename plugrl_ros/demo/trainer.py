@@ -38,13 +38,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.codec import packb, unpackb
 from plugrl_ros.protocol.errors import ProtocolError
 from plugrl_ros.protocol.messages import ACTION, FEEDBACK, INFER, METADATA, REUSE_FEEDBACK_OBS, message_type
+from plugrl_ros.tools.serving import serve_trainer
 
 log = logging.getLogger("plugrl_ros.demo.trainer")
 
@@ -492,15 +493,8 @@ class DemoTrainer:
     async def start(self) -> int:
         """Start listening; the port (useful with port 0)."""
         self._over = asyncio.Event()
-        self._server = await serve(
-            self._handle,
-            self.settings.host,
-            self.settings.port,
-            compression=None,
-            max_size=None,
-            ping_interval=None,
-            ping_timeout=None,
-            close_timeout=_CLOSE_TIMEOUT_S,
+        self._server = await serve_trainer(
+            self._handle, self.settings.host, self.settings.port, close_timeout=_CLOSE_TIMEOUT_S
         )
         return next(iter(self._server.sockets)).getsockname()[1]
 

@@ -17,12 +17,12 @@ import argparse
 import sys
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Bool, Float32, Float64, Float64MultiArray
 from std_srvs.srv import Trigger
 
 from plugrl_ros.ros.qos import qos_profile
+from plugrl_ros.ros.spin import spin_until_shutdown
 from plugrl_ros.tools.probe_env import ProbeEnvs
 
 
@@ -101,16 +101,7 @@ def main(args: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     rclpy.init(args=args)
     node = ProbeRobot(options.envs, options.action_dim)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return spin_until_shutdown(node)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
@@ -28,6 +28,7 @@ from plugrl_ros.protocol.messages import (
     decode_text,
     message_type,
 )
+from plugrl_ros.tools.serving import serve_trainer
 
 # -- clauses -------------------------------------------------------------------
 
@@ -948,16 +949,8 @@ class TestTrainer:
         if self.settings.tls_cert:
             tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             tls.load_cert_chain(self.settings.tls_cert, self.settings.tls_key or None)
-        self._server = await serve(
-            self._handle,
-            self.settings.host,
-            self.settings.port,
-            compression=None,
-            max_size=None,
-            ping_interval=None,
-            ping_timeout=None,
-            close_timeout=_CLOSE_TIMEOUT_S,
-            ssl=tls,
+        self._server = await serve_trainer(
+            self._handle, self.settings.host, self.settings.port, close_timeout=_CLOSE_TIMEOUT_S, tls=tls
         )
         port = next(iter(self._server.sockets)).getsockname()[1]
         self._driver = asyncio.ensure_future(self._drive())
