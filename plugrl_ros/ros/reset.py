@@ -109,17 +109,23 @@ class ResetProcedure:
             return True
         if now >= self._deadline:
             if future is not None:
-                self._client.remove_pending_request(future)
+                self._forget(future)
                 self._future = None
             self._fail(f"no answer from {self.target} within {self._config.timeout_s:g} s")
         return False
 
     def cancel(self) -> None:
         """Stop trying (shutdown)."""
-        if self._future is not None and self._client is not None:
-            self._client.remove_pending_request(self._future)
+        if self._future is not None:
+            self._forget(self._future)
         self._future = None
         self.state = ResetState.IDLE
+
+    def _forget(self, future: object) -> None:
+        """Drop an unanswered call (a late answer must not count as the next attempt's)."""
+        remove = getattr(self._client, "remove_pending_request", None)  # not in every distro's rclpy
+        if remove is not None:
+            remove(future)
 
     def _call(self) -> None:
         assert self._client is not None
