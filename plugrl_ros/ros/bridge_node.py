@@ -510,15 +510,10 @@ _M_MMAP_THRESHOLD = -3
 # (32 MiB is glibc's largest threshold) and the freed memory with the process.
 _MMAP_THRESHOLD_BYTES = 32 << 20
 _TRIM_THRESHOLD_BYTES = 256 << 20
-# The link thread encodes and frames observations in pure Python between its
-# C calls; by default a thread that wants the GIL waits up to 5 ms for it,
-# i.e. half a period at 100 Hz. The tick should wait a fraction of a ms.
-_SWITCH_INTERVAL_S = 0.0005
 
 
 def tune_process() -> None:
-    """Process settings for a control loop that shares its process with a streaming thread."""
-    sys.setswitchinterval(_SWITCH_INTERVAL_S)
+    """Keep the allocator from handing the bridge's large buffers back to the kernel after every use."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
@@ -531,6 +526,7 @@ def main(args: list[str] | None = None) -> int:
     """``ros2 run plugrl_ros bridge --ros-args --params-file bridge.yaml``."""
     from rclpy.signals import SignalHandlerOptions
 
+    tune_process()
     # Our own signal handling: the actuators must be idled while the ROS
     # context is still valid, so SIGINT/SIGTERM become KeyboardInterrupt.
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
