@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import rclpy
@@ -40,6 +41,9 @@ from plugrl_ros.ros.trainer_link import Finished, LinkEvent, TrainerLink
 EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_CONFIG = 2
+
+# Threads that convert images beside the executor (OpenCV releases the GIL): a small robot computer's cores.
+_CONVERTER_THREADS = 2
 
 
 class BridgeNode(Node):
@@ -75,8 +79,14 @@ class BridgeNode(Node):
             clock=time.monotonic,
         )
         shapes = ShapeGuard()
+        # Image conversions (decoding, resizing) run here as messages arrive, off the control tick.
+        self._converter_pool = (
+            ThreadPoolExecutor(max_workers=_CONVERTER_THREADS, thread_name_prefix="plugrl-convert")
+            if config.images
+            else None
+        )
         self.envs = [
-            EnvIO(self, i, ns, config, shapes, self._group, self._on_input, time.monotonic)
+            EnvIO(self, i, ns, config, shapes, self._group, self._on_input, time.monotonic, self._converter_pool)
             for i, ns in enumerate(config.envs)
         ]
         self._interrupted = [False] * len(self.envs)
@@ -452,6 +462,8 @@ class BridgeNode(Node):
                 io.reset.cancel()
                 io.idle(stamp)
         finally:
+            if self._converter_pool is not None:
+                self._converter_pool.shutdown(wait=False, cancel_futures=True)
             self.link.stop()
             self.link.join(self.config.trainer.close_timeout_s + 1.0)
 

@@ -2,14 +2,20 @@
 
 Subscription callbacks only store the newest message (and count it); the
 conversion to numpy happens when an observation is actually needed, at most
-once per message. Freshness is judged on arrival order and age: an env never
-steps on a source older than its ``max_age_s``, and after a reset (or, in
-lockstep, after an action) it waits for messages newer than that moment.
+once per message. A costly image conversion (a JPEG decode, a resize) is
+started on a worker thread as the message arrives, if the bridge gives one:
+OpenCV releases the GIL, so it runs beside the executor instead of on the
+control tick, which then only collects the result (or its ConversionError,
+exactly as if it had converted the message itself). Freshness is judged on
+arrival order and age: an env never steps on a source older than its
+``max_age_s``, and after a reset (or, in lockstep, after an action) it waits
+for messages newer than that moment.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from typing import Any
 
 import numpy as np
@@ -26,7 +32,7 @@ from plugrl_ros.ros.sources import ConversionError
 class Latest:
     """The newest message on one subscription: its arrival count, time, and (cached) conversion."""
 
-    __slots__ = ("_converted", "_converted_seq", "msg", "seq", "stamp_ns")
+    __slots__ = ("_converted", "_converted_seq", "_pending", "_pending_seq", "msg", "seq", "stamp_ns")
 
     def __init__(self) -> None:
         self.msg: Any = None
@@ -34,15 +40,33 @@ class Latest:
         self.stamp_ns = 0
         self._converted: Any = None
         self._converted_seq = -1
+        self._pending: Future | None = None
+        self._pending_seq = -1
 
     def store(self, msg: Any, stamp_ns: int) -> None:
         self.msg = msg
         self.seq += 1
         self.stamp_ns = stamp_ns
 
+    def prefetch(self, converter: Any, pool: Executor) -> None:
+        """Start converting the newest message on ``pool``; :meth:`converted` collects the result."""
+        if self._pending is not None:
+            self._pending.cancel()  # superseded: no use decoding it if it has not started
+        try:
+            self._pending = pool.submit(converter.convert, self.msg)
+        except RuntimeError:  # the pool is shut down: the node is stopping
+            self._pending = None
+            return
+        self._pending_seq = self.seq
+
     def converted(self, converter: Any) -> Any:
         if self._converted_seq != self.seq:
-            self._converted = converter.convert(self.msg)
+            pending, self._pending = self._pending, None
+            if pending is not None and self._pending_seq == self.seq:
+                # the same conversion, done elsewhere: it raises what convert() raises
+                self._converted = pending.result()
+            else:
+                self._converted = converter.convert(self.msg)
             self._converted_seq = self.seq
         return self._converted
 
@@ -84,6 +108,7 @@ class EnvIO:
         callback_group: object,
         on_input: Callable[[int], None],
         clock_s: Callable[[], float],
+        converter_pool: Executor | None = None,
     ) -> None:
         self.index = index
         self.namespace = namespace
@@ -97,8 +122,12 @@ class EnvIO:
         self._clock_s = clock_s
         self.step_sent_s = 0.0  # when the last step went out (monotonic)
         self._group = callback_group
+        self._converter_pool = converter_pool
 
-        self._images = [(image.name, self._subscribe(image.source, 5)) for image in config.images]
+        self._images = [
+            (image.name, self._subscribe(image.source, 5, prefetch=image.source.converter.costly))
+            for image in config.images
+        ]
         self._states = [(state.name, [self._subscribe(part, 5) for part in state.parts]) for state in config.states]
         self._text = self._subscribe(config.text.source, 5) if config.text.source else None
         self._observed: list[_Source] = [s for _, s in self._images] + [p for _, parts in self._states for p in parts]
@@ -158,13 +187,17 @@ class EnvIO:
         depth: int,
         msg_type: type | None = None,
         extra: Callable[[Any], None] | None = None,
+        prefetch: bool = False,
     ) -> _Source:
         topic = env_topic(self.namespace, config.topic)
         source = _Source(config, topic)
         now_ns = self._node.get_clock().now
+        pool = self._converter_pool if prefetch else None
 
         def callback(msg: Any) -> None:
             source.latest.store(msg, now_ns().nanoseconds)
+            if pool is not None:
+                source.latest.prefetch(config.converter, pool)
             if extra is not None:
                 extra(msg)
             self._on_input(self.index)

@@ -17,6 +17,9 @@ class ImageSource(Protocol):
     """Turns one message into one env's image, uint8 [h, w, c]."""
 
     msg_type: type
+    # whether converting a message is real work (decoding, resizing) worth starting off the control tick
+    # as soon as it arrives, or cheap enough (a view of the message) to do when the image is needed
+    costly: bool
 
     def convert(self, msg: Any) -> np.ndarray: ...
 
@@ -151,6 +154,7 @@ class RawImageSource:
     def __init__(self, section: Section) -> None:
         self.shaping = _Shaping.from_section(section)
         self.depth_scale = section.float("depth_scale", 1.0, positive=True)
+        self.costly = self.shaping.resize is not None
 
     def _pixels(self, msg: Image, enc: _Encoding, data: np.ndarray) -> np.ndarray:
         """A [h, w, c] view of the message data that skips each row's padding."""
@@ -206,6 +210,7 @@ class CompressedImageSource:
     """sensor_msgs/CompressedImage (jpeg, png), decoded with OpenCV."""
 
     msg_type = CompressedImage
+    costly = True
 
     def __init__(self, section: Section) -> None:
         self.shaping = _Shaping.from_section(section)
