@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from plugrl_ros.protocol.codec import StackedRows
 from plugrl_ros.protocol.errors import ProtocolError
 
 METADATA = "metadata"
@@ -69,7 +70,7 @@ def decode_text(value: Any, n: int, where: str) -> list[str]:
 
 
 def batch_rows(rows: Sequence[ObservationRow], text_format: TextFormat, template: ObservationRow | None = None) -> dict:
-    """Stack one-env rows into an observation batched along a leading axis.
+    """Stack one-env rows into an observation batched along a leading axis (stacked as the codec packs it).
 
     With no rows, ``template`` gives the names and shapes of the zero-row batch
     (an infer whose every row is reused still sends a well-formed observation).
@@ -81,7 +82,10 @@ def batch_rows(rows: Sequence[ObservationRow], text_format: TextFormat, template
     return {"images": images, "states": states, "text": encode_text([r.text for r in rows], text_format)}
 
 
-def _stack(arrays: list[np.ndarray], like: np.ndarray, dtype: Any) -> np.ndarray:
+def _stack(arrays: list[np.ndarray], like: np.ndarray, dtype: Any) -> np.ndarray | StackedRows:
+    if arrays and all(a.shape == like.shape for a in arrays):
+        # The encoder copies each row straight into the frame (no batch copy first).
+        return StackedRows(arrays, np.dtype(dtype))
     out = np.empty((len(arrays), *like.shape), dtype=dtype)
     for i, a in enumerate(arrays):
         out[i] = a
