@@ -878,3 +878,16 @@ _MESSAGES = st.recursive(
 @given(message=_MESSAGES)
 def test_property_arbitrary_msgpack_maps_decode_or_raise_protocol_error_only(message: Any) -> None:
     decode_or_refuse(raw_frame(message))
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (224, 224, 3), (480, 640, 3)])
+@pytest.mark.parametrize("n", [1, 4])
+def test_stacked_rows_pack_to_the_bytes_of_the_stacked_array(shape: tuple[int, ...], n: int) -> None:
+    rng = np.random.default_rng(n)
+    rows = [rng.integers(0, 255, shape, dtype=np.uint8) for _ in range(n)]
+    rows[0] = rows[0][:, ::-1] if len(shape) > 1 else rows[0]  # a non-contiguous row too
+    message = {"images": {"cam": codec.StackedRows(rows, np.dtype(np.uint8))}, "x": 1}
+    expected = library_packb({"images": {"cam": np.stack(rows)}, "x": 1})
+    assert codec.packb(message) == expected
+    decoded = codec.unpackb(codec.packb(message))["images"]["cam"]
+    assert np.array_equal(decoded, np.stack(rows))
