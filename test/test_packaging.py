@@ -61,6 +61,7 @@ _ROSDEP_KEYS = {
     "websockets": "python3-websockets",
     "cv2": "python3-opencv",
     "matplotlib": "python3-matplotlib",
+    "yaml": "python3-yaml",
     "ament_index_python": "ament_index_python",
     "launch": "launch",
     "launch_ros": "launch_ros",
