@@ -1,6 +1,6 @@
 """Benchmark of the PlugRL codec against the memcpy floor and a plain msgpack + numpy baseline.
 
-Run: ``.venv/bin/python bench/bench_codec.py [--repeat R] [--min-time S]``. Prints a Markdown table.
+Run: ``.venv/bin/python bench/bench_codec.py [--repeat R] [--min-time S] [--quick]``. Prints a Markdown table.
 
 The message is an ``infer`` whose observation holds two 224x224x3 uint8 images and a 14-dim float64
 state per env, batched for n envs. The floor is the cost of copying the payload bytes once into a
@@ -151,8 +151,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15, help="rounds of runs; the median is reported")
     parser.add_argument("--min-time", type=float, default=0.02, help="seconds each run lasts at least")
+    parser.add_argument("--quick", action="store_true", help="one env count, one round: only checks that it runs")
     args = parser.parse_args()
-    rows = [measure(n, args.repeat, args.min_time) for n in ENV_COUNTS]
+    if args.quick:
+        rows = [measure(1, 1, 0.001)]
+    else:
+        rows = [measure(n, args.repeat, args.min_time) for n in ENV_COUNTS]
     print(table(rows))
     missed = [
         f"n={r['n']} {what}"

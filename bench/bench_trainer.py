@@ -1,0 +1,173 @@
+"""A minimal, fast PlugRL trainer for benchmarks: answers every infer at once and counts what crosses the wire.
+
+Run: ``python bench/bench_trainer.py [--port 0] [--horizon 4] [--action-dim 2] [--reuse]``.
+
+It prints ``PORT <n>`` once listening, then one JSON line of cumulative
+counters every ``--stats-interval`` seconds (and a last one on SIGINT), so a
+benchmark can take the difference over a steady-state window. It checks
+nothing beyond what it needs to answer (``plugrl-test-trainer`` is the
+protocol checker): a benchmark's trainer shares the machine with the client,
+and its cost must stay small.
+
+Env steps are counted from the feedbacks: with the probe environment's
+``states.t`` (steps taken this episode) exactly, as ``t`` after the chunk
+minus ``t`` before it; otherwise as ``horizon`` per fed-back row (chunks run
+whole unless an episode ends).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from plugrl_ros.protocol.codec import packb, unpackb
+
+
+def ws_overhead(payload: int) -> int:
+    """Bytes a client frame adds to its payload: header, extended length, 4-byte mask."""
+    return 2 + (0 if payload < 126 else 2 if payload < 65536 else 8) + 4
+
+
+class Counters:
+    def __init__(self) -> None:
+        self.values = {
+            "connections": 0,
+            "infers": 0,
+            "feedbacks": 0,
+            "infer_rows": 0,
+            "infer_data_rows": 0,
+            "feedback_rows": 0,
+            "steps": 0,
+            "bytes_in": 0,
+            "bytes_out": 0,
+        }
+
+    def add(self, key: str, value: int) -> None:
+        self.values[key] += value
+
+    def line(self) -> str:
+        return json.dumps({"t": time.monotonic(), **self.values})
+
+
+class BenchTrainer:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.counters = Counters()
+        metadata: dict[str, Any] = {
+            "protocol_version": 1,
+            "server": "plugrl-bench-trainer",
+            "action_horizon": args.horizon,
+            "action_dim": args.action_dim,
+            "features": ["reuse-feedback-obs"] if args.reuse else [],
+        }
+        self.metadata_frame = packb({"message_type": "metadata", "data": metadata})
+        self._actions: dict[int, bytes] = {}
+
+    def action_frame(self, env_ids: np.ndarray) -> bytes:
+        # Answers depend only on the env ids (values are the probe's 10000*k + 10*env + dim).
+        key = hash(env_ids.tobytes())
+        frame = self._actions.get(key)
+        if frame is None:
+            h, d = self.args.horizon, self.args.action_dim
+            k, e, j = np.meshgrid(np.arange(h), env_ids, np.arange(d), indexing="ij")
+            action = (10000.0 * k + 10.0 * e + j).astype("<f4")
+            frame = packb({"message_type": "action", "data": {"env_ids": env_ids.astype("<i8"), "action": action}})
+            if len(self._actions) > 4096:
+                self._actions.clear()
+            self._actions[key] = frame
+        return frame
+
+    async def handle(self, ws: ServerConnection) -> None:
+        c = self.counters
+        c.add("connections", 1)
+        start_t: dict[int, float] = {}  # env -> probe t at the start of its chunk
+        last_t: dict[int, float] = {}  # env -> probe t of its last non-terminal feedback
+        await ws.send(self.metadata_frame)
+        c.add("bytes_out", len(self.metadata_frame))
+        try:
+            async for frame in ws:
+                c.add("bytes_in", len(frame) + ws_overhead(len(frame)))
+                message = unpackb(frame)
+                envs = message["env_indices"].tolist()
+                if message["message_type"] == "infer":
+                    c.add("infers", 1)
+                    c.add("infer_rows", len(envs))
+                    reuse = message.get("reuse")
+                    reused = reuse.tolist() if reuse is not None else [False] * len(envs)
+                    t = _probe_t(message["data"])
+                    c.add("infer_data_rows", len(envs) - sum(reused))
+                    rows = iter(t) if t is not None else None
+                    for env, r in zip(envs, reused):
+                        if rows is None:
+                            continue
+                        start_t[env] = last_t[env] if r else next(rows)
+                    reply = self.action_frame(message["env_indices"])
+                    await ws.send(reply)
+                    c.add("bytes_out", len(reply))
+                else:
+                    c.add("feedbacks", 1)
+                    c.add("feedback_rows", len(envs))
+                    data = message["data"]
+                    t = _probe_t(data["obs"])
+                    if t is None:
+                        c.add("steps", self.args.horizon * len(envs))
+                        continue
+                    ended = np.logical_or(data["terminated"], data["truncated"]).tolist()
+                    for env, t_now, end in zip(envs, t, ended):
+                        c.add("steps", round(t_now - start_t.get(env, 0.0)))
+                        last_t[env] = t_now
+                        if end:
+                            last_t.pop(env, None)
+        except ConnectionClosed:
+            pass
+
+    async def run(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with serve(
+            self.handle, "127.0.0.1", self.args.port, compression=None, max_size=None, ping_interval=None
+        ) as server:
+            port = next(iter(server.sockets)).getsockname()[1]
+            print(f"PORT {port}", flush=True)
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(stop.wait(), self.args.stats_interval)
+                except asyncio.TimeoutError:
+                    pass
+                print(self.counters.line(), flush=True)
+
+
+def _probe_t(obs: Any) -> list[float] | None:
+    states = obs.get("states") if isinstance(obs, dict) else None
+    t = states.get("t") if isinstance(states, dict) else None
+    return None if t is None else t.reshape(-1).tolist()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--horizon", type=int, default=4)
+    parser.add_argument("--action-dim", type=int, default=2)
+    parser.add_argument("--reuse", action="store_true", help="offer the reuse-feedback-obs feature")
+    parser.add_argument("--stats-interval", type=float, default=0.25)
+    asyncio.run(BenchTrainer(parser.parse_args()).run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""What every benchmark of this folder shares: timing, statistics, tables, results files and child processes.
+
+Absolute times on a shared 2-core machine are noisy, so every benchmark
+reports medians of interleaved repetitions and ratios against a baseline
+measured in the same run. Results are printed as Markdown tables and, with
+``--json PATH``, saved for ``bench/run_all.py`` to assemble into a report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# A ROS domain of its own, so a benchmark never talks to a test or another engineer's nodes.
+DEFAULT_DOMAIN_ID = "93"
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by linear interpolation; nan for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def interleaved_medians(cases: dict[str, Callable[[], Any]], repeat: int, min_time: float) -> dict[str, float]:
+    """Median seconds per call of each case; one timed run of each case per round, so that a
+    burst of load from a neighbour on the shared cores hits every case alike."""
+    import timeit
+
+    timers = {name: timeit.Timer(func) for name, func in cases.items()}
+    numbers = {}
+    for name, timer in timers.items():
+        number, _ = timer.autorange()
+        one = max(timer.timeit(number) / number, 1e-9)
+        numbers[name] = max(1, int(min_time / one))
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeat):
+        for name, timer in timers.items():
+            samples[name].append(timer.timeit(numbers[name]) / numbers[name])
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def fmt_us(seconds: float) -> str:
+    if seconds != seconds:  # nan
+        return "-"
+    us = seconds * 1e6
+    return f"{us:,.1f}" if us < 100 else f"{us:,.0f}"
+
+
+def fmt_ratio(value: float) -> str:
+    return "-" if value != value else f"{value:.2f}"
+
+
+def save_json(path: str | None, name: str, data: dict[str, Any]) -> None:
+    """Write one benchmark's results (``run_all.py`` reads them back)."""
+    if not path:
+        return
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"benchmark": name, **data}, indent=1, default=float))
+
+
+# -- child processes -------------------------------------------------------------
+
+
+def ros_env(**extra: str) -> dict[str, str]:
+    """The environment of a ROS child process: this repository importable, DDS on loopback, our domain."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("AMENT_PREFIX_PATH", sys.prefix)
+    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    env.setdefault("ROS_DOMAIN_ID", DEFAULT_DOMAIN_ID)
+    env.setdefault("ROS_HOME", tempfile.gettempdir() + "/plugrl-bench-ros-home")
+    env.update(extra)
+    return env
+
+
+def use_own_domain() -> None:
+    """For a benchmark that runs ROS nodes in its own process too: the same domain as its children."""
+    env = ros_env()
+    for key in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE", "AMENT_PREFIX_PATH", "ROS_HOME"):
+        os.environ[key] = env[key]
+
+
+def tune_like_the_bridge() -> None:
+    """For a benchmark that runs the bridge's code in its own process: the process settings the bridge's
+    ``main`` makes (allocator thresholds), where this version of the bridge makes them."""
+    from plugrl_ros.ros import bridge_node
+
+    tune = getattr(bridge_node, "tune_process", None)
+    if tune is not None:
+        tune()
+
+
+class Child:
+    """A child process whose output goes to a file; stopped with SIGINT (never -9: DDS leaves shm files)."""
+
+    def __init__(self, command: list[str], env: dict[str, str] | None = None) -> None:
+        self.command = command
+        self._log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            command, env=env or ros_env(), stdout=self._log, stderr=subprocess.STDOUT, text=True
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        self._log.seek(0)
+        return self._log.read()
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(5.0)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+        return self.proc.wait()
+
+
+@contextmanager
+def children() -> Iterator[list[Child]]:
+    """Processes started into the yielded list are stopped, newest first, when the block ends."""
+    started: list[Child] = []
+    try:
+        yield started
+    finally:
+        for child in reversed(started):
+            child.stop()
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def python_script(name: str, *args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "bench" / name), *args]
+
+
+def write_params(path: Path, params: dict[str, Any]) -> Path:
+    """A ``/**: ros__parameters:`` file (JSON is YAML, so no YAML writer is needed)."""
+    path.write_text(json.dumps({"/**": {"ros__parameters": params}}, indent=1))
+    return path
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(poll_s)
+
+
+class ProcessMeter:
+    """CPU time, page faults and memory of one process over a measurement window."""
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self._proc = psutil.Process(pid)
+        self._start: tuple[float, float, int] | None = None
+
+    def _sample(self) -> tuple[float, float, int]:
+        cpu = self._proc.cpu_times()
+        return time.monotonic(), cpu.user + cpu.system, _minor_faults(self._proc.pid)
+
+    def start(self) -> None:
+        self._start = self._sample()
+
+    def stop(self) -> dict[str, float]:
+        assert self._start is not None, "start() first"
+        t0, cpu0, faults0 = self._start
+        t1, cpu1, faults1 = self._sample()
+        memory = self._proc.memory_info()
+        elapsed = max(t1 - t0, 1e-9)
+        return {
+            "cpu_percent": 100.0 * (cpu1 - cpu0) / elapsed,
+            "rss_mb": memory.rss / 2**20,
+            "faults_per_s": (faults1 - faults0) / elapsed,
+            "threads": float(self._proc.num_threads()),
+        }
+
+
+def _minor_faults(pid: int) -> int:
+    """Minor page faults so far (field 10 of /proc/PID/stat); 0 where there is no /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(text.rsplit(")", 1)[1].split()[7])
+
+
+def standard_arguments(parser: Any, repeat: int) -> None:
+    parser.add_argument("--quick", action="store_true", help="a tiny run that only checks the benchmark works")
+    parser.add_argument("--json", default="", help="also save the results to this file")
+    parser.add_argument("--repeat", type=int, default=repeat, help="rounds; medians are reported")
+
+
+class TrainerChild(Child):
+    """``bench_trainer.py`` in its own process (so it never shares the GIL with what is measured)."""
+
+    def __init__(self, *args: str) -> None:
+        super().__init__(python_script("bench_trainer.py", *args))
+        self.port = 0
+        wait_for(self._read_port, 20.0, "the bench trainer to listen")
+
+    def _read_port(self) -> bool:
+        if not self.alive():
+            raise RuntimeError("the bench trainer exited:\n" + self.output()[-2000:])
+        for line in self.output().splitlines():
+            if line.startswith("PORT "):
+                self.port = int(line.split()[1])
+                return True
+        return False
+
+    @property
+    def uri(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def stats(self) -> dict[str, float]:
+        """The newest counters (cumulative)."""
+        for line in reversed(self.output().splitlines()):
+            if line.startswith("{"):
+                return json.loads(line)
+        return {"t": time.monotonic(), "feedbacks": 0, "steps": 0}
+
+
+def difference(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0) for k in after}

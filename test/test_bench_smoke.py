@@ -1,0 +1,59 @@
+"""The benchmarks still run: a tiny run of each prints its table. Benchmarks are not tests, so
+nothing here asserts a time or a ratio; bench/run_all.py and scripts/bench.sh are for measuring."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from harness import ROOT, ros_env
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+BENCH = ROOT / "bench"
+
+
+def run(script: str, *args: str, timeout: float = 90.0) -> str:
+    completed = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        check=False,
+        env=ros_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return completed.stdout
+
+
+def test_the_codec_benchmark_prints_its_table():
+    out = run("bench_codec.py", "--quick")
+    assert "| n | payload MB |" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "header"),
+    [
+        ("observation", "| case | n | payload MB | floor µs |"),
+        ("action", "| n | first actuator msg µs |"),
+        ("timing", "| rate Hz | cameras | reuse | publications |"),
+        ("throughput", "| client | n | reuse | env steps/s |"),
+    ],
+)
+def test_each_benchmark_prints_its_table_and_saves_its_results(tmp_path, name, header):
+    results = tmp_path / f"{name}.json"
+    out = run(f"bench_{name}.py", "--quick", "--json", str(results))
+    assert header in out
+    saved = json.loads(results.read_text())
+    assert saved["benchmark"] == name
+    assert saved["rows"]
+
+
+def test_the_report_is_built_from_saved_results(tmp_path):
+    run("bench_action.py", "--quick", "--json", str(tmp_path / "action.json"))
+    out = run("run_all.py", "--report-only", "--out", str(tmp_path))
+    report = (tmp_path / "report.md").read_text()
+    assert "### Action path" in report
+    assert "report:" in out
