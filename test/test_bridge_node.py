@@ -787,6 +787,30 @@ def test_pausing_idles_the_actuators_truncates_the_running_episode_and_unpausing
     assert resumed["step_ids"].tolist() == [0], "after a truncation the next infer starts a new episode"
 
 
+def test_in_lockstep_pausing_and_stopping_send_a_simulator_no_idle_commands(tmp_path, robot):
+    # A simulator in lockstep steps on every command: an idle command would be a step nobody counted.
+    params = {
+        "control": {"mode": "lockstep"},
+        "observations": STATE,
+        "actions": {"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1], "idle": "zero"}},
+    }
+    robot.stream(Float64MultiArray, "/state", float_state(0.0))
+    cmd = robot.listen(Float64MultiArray, "/cmd")
+    ones = lambda envs, steps, obs: np.ones((4, len(envs), 1), dtype="<f4")  # noqa: E731
+    with ScriptedTrainer({"action_horizon": 4, "action_dim": 1}, ones) as trainer:
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
+            robot.discover(SetBool, SET_PAUSED)
+            trainer.wait_for(lambda r: len(of_kind(r, "feedback")) >= 3, 20, "3 feedbacks")
+            robot.call(SetBool, SET_PAUSED, SetBool.Request(data=True))
+            t_paused = time.monotonic()
+            trainer.wait_for(first_after(trainer, "feedback", t_paused - 1.0), 5, "the paused chunk's feedback")
+            child.stop()
+            settled = time.monotonic()
+    assert cmd.msgs(), "the chunks were not executed"
+    assert all(m.data[0] == 1.0 for m in cmd.msgs()), "an idle (zero) command reached the simulator"
+    assert settled > t_paused
+
+
 def test_an_action_that_arrives_while_paused_is_dropped_with_the_connection_at_the_deadline(tmp_path, robot):
     # A feedback needs at least one step, and a paused robot takes none: the only
     # protocol-correct way to drop that chunk is to reopen the connection.

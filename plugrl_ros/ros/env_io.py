@@ -348,7 +348,13 @@ class EnvIO:
         self.step_sent_s = self._clock_s()
 
     def idle(self, stamp: Any) -> None:
-        """No valid step to take: every actuator does its configured idle behaviour."""
+        """No valid step to take: every actuator does its configured idle behaviour.
+
+        Not in lockstep: a simulator steps on every command it gets, so an idle
+        command would be a step nobody counted.
+        """
+        if self._lockstep:
+            return
         for config, publisher, shaper in self._actuators:
             self._idle_one(config, publisher, shaper, stamp)
 
