@@ -57,3 +57,17 @@ def test_the_report_is_built_from_saved_results(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "### Action path" in report
     assert "report:" in out
+
+
+def test_the_bench_script_runs_the_benchmarks_and_writes_the_report(tmp_path):
+    """`scripts/bench.sh [--quick]`, as the README shows it (one benchmark, to stay quick)."""
+    completed = subprocess.run(
+        [str(ROOT / "scripts" / "bench.sh"), "--quick", "--only", "action", "--out", str(tmp_path)],
+        check=False,
+        env=ros_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "### Action path" in (tmp_path / "report.md").read_text()

@@ -32,6 +32,7 @@ DIAGNOSTICS = BRIDGE + "test_diagnostics_report_the_link_the_achieved_control_ra
 EXERCISED = {
     "scripts/demo.sh": DEMO,
     "scripts/test.sh": "run: test_ci_runs_exactly_the_readme_test_command",
+    "scripts/bench.sh": "mirror: test_bench_smoke.py::test_the_bench_script_runs_the_benchmarks_and_writes_the_report",
     "mkdir -p ~/plugrl_ws/src": COLCON,
     "cd ~/plugrl_ws": COLCON,
     "git clone": COLCON,
