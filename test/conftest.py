@@ -15,4 +15,6 @@ os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ.setdefault("ROS_HOME", tempfile.mkdtemp(prefix="plugrl-ros-home-"))
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 _index = int("".join(ch for ch in _worker if ch.isdigit()) or 0)
-os.environ["ROS_DOMAIN_ID"] = str(20 + (_index % 8) * 10)
+# PLUGRL_TEST_DOMAIN_BASE lets two suites share a machine (each worker uses base + 10 * index).
+_base = int(os.environ.get("PLUGRL_TEST_DOMAIN_BASE", "20"))
+os.environ["ROS_DOMAIN_ID"] = str(_base + (_index % 8) * 10)
