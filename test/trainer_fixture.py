@@ -55,11 +55,13 @@ class ScriptedTrainer:
         actions: ActionsCallback | None = None,
         port: int = 0,
         answer_delay_s: float = 0.0,
+        metadata_delay_s: float = 0.0,
     ) -> None:
         self.metadata = {"protocol_version": 1, "server": "trainer_fixture"} if metadata is None else metadata
         horizon = int(self.metadata.get("action_horizon", 1))
         self.actions = actions or zeros(horizon, int(self.metadata.get("action_dim", 1)))
         self.answer_delay_s = answer_delay_s  # wait this long before answering an infer
+        self.metadata_delay_s = metadata_delay_s  # wait this long after the handshake before the metadata
         self._port = port
         self._lock = threading.Condition()
         self._records: list[Record] = []
@@ -132,6 +134,11 @@ class ScriptedTrainer:
             index = len(self._connections)
             self._connections.append(ws)
         try:
+            if self.metadata_delay_s:
+                # silent for a while; a client that closes meanwhile is recorded at once
+                closed = asyncio.ensure_future(ws.wait_closed())
+                await asyncio.wait({closed}, timeout=self.metadata_delay_s)
+                closed.cancel()
             await ws.send(packb({"message_type": "metadata", "data": self.metadata}))
             async for frame in ws:
                 if isinstance(frame, str):
