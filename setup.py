@@ -26,12 +26,12 @@ setup(
     license="Apache-2.0",
     entry_points={
         "console_scripts": [
-            "bridge = plugrl_ros.ros.bridge_node:main",
+            "bridge = plugrl_ros.ros.bridge_main:main",
             "demo_robot = plugrl_ros.demo.robot_node:main",
             "demo_trainer = plugrl_ros.demo.trainer:main",
             "probe_robot = plugrl_ros.tools.probe_robot:main",
             "test_trainer = plugrl_ros.tools.test_trainer:main",
-            "plugrl-bridge = plugrl_ros.ros.bridge_node:main",
+            "plugrl-bridge = plugrl_ros.ros.bridge_main:main",
             "plugrl-demo = plugrl_ros.demo.runner:main",
             "plugrl-demo-robot = plugrl_ros.demo.robot_node:main",
             "plugrl-demo-trainer = plugrl_ros.demo.trainer:main",

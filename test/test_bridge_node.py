@@ -1,7 +1,7 @@
 """The bridge node as a real process: over real DDS to a fake robot, over a real websocket to a scripted trainer.
 
 Each test writes a small params file, starts ``python -m
-plugrl_ros.ros.bridge_node`` exactly as ``ros2 run`` would, plays the robot
+plugrl_ros.ros.bridge_main`` exactly as ``ros2 run`` would, plays the robot
 with an rclpy node in this process (its own Context, spun on a background
 thread) and the trainer with :class:`trainer_fixture.ScriptedTrainer`, and
 checks what crossed each boundary. Timing-dependent checks wait for
@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.timeout(90)]
 
 RATE_HZ = 50.0
 PERIOD_S = 1.0 / RATE_HZ
-BRIDGE = python_module("plugrl_ros.ros.bridge_node")
+BRIDGE = python_module("plugrl_ros.ros.bridge_main")
 DIAG_PREFIX = "plugrl_bridge"
 SET_PAUSED = "/plugrl_bridge/set_paused"
 

@@ -902,10 +902,8 @@ def test_a_robot_that_dies_mid_run_and_comes_back_is_failed_reset_and_resumed_wi
     actions = [robot.listen(Float64MultiArray, f"/probe{i}/action") for i in range(n_envs)]
     # "serve": the trainer checks everything until the bridge leaves; grace_s covers the bridge's
     # reopening of the connection when a robot fails during the first step of a chunk.
-    # Chunks of 8 hold a whole probe episode (3, 5 or 7 steps), and the timer samples a step's result
-    # at the next tick: that keeps two known bugs out of this test (the step_ids after a chunk that
-    # failed in its first step, and the probe robot's greeting of a new subscriber mid-step; see
-    # the strict xfails below).
+    # Chunks of 8 hold a whole probe episode (3, 5 or 7 steps); the step ids after a chunk that
+    # failed in its first step and the probe robot's greeting of a new subscriber have tests below.
     trainer = TrainerThread(trainer_settings(script=("serve",), n_envs=n_envs, horizon=8, grace_s=3.0))
     trainer.start()
     with probe_bridge(trainer.uri, n_envs, mode="timer", rate=50.0) as bridge_child:
@@ -935,14 +933,6 @@ def test_a_robot_that_dies_mid_run_and_comes_back_is_failed_reset_and_resumed_wi
     assert "is not available" in output, "no reset was tried while the robot was away"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: EnvRollout.fail() on a chunk with no reported step (frozen) ends the episode without starting a "
-        "new one, so after the connection is reopened and the env reset, its next episode goes on with the failed "
-        "episode's step_ids, length and return (plugrl_ros/rollout/env_rollout.py, fail())"
-    ),
-)
 def test_after_the_robot_fails_in_the_first_step_of_a_chunk_its_next_episode_starts_at_step_ids_0(tmp_path, robot):
     horizon, max_steps = 2, 6
     params = {
@@ -999,15 +989,6 @@ def test_after_the_robot_fails_in_the_first_step_of_a_chunk_its_next_episode_sta
     assert episode["l"].tolist() == [max_steps] and episode["r"].tolist() == [float(max_steps)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: the probe robot republishes its state (t, a) whenever the subscription count of t rises "
-        "(ProbeRobot._greet_new_subscribers, plugrl_ros/tools/probe_robot.py), not only before its first step: "
-        "a subscriber that appears mid-run (ros2 topic echo, a bridge rediscovered after a robot restart) gets a "
-        "state no action caused, which a lockstep bridge takes for a step's result"
-    ),
-)
 def test_the_probe_robot_publishes_a_state_only_in_answer_to_an_action_once_it_has_greeted_its_bridge(robot):
     states = robot.listen(Float64, "/probe0/t")
     action = robot.publisher(Float64MultiArray, "/probe0/action")
@@ -1111,15 +1092,6 @@ def test_a_signal_at_any_moment_idles_the_actuators_closes_with_1000_and_exits_0
     assert [close_code for close_code, _ in closes[:opened]] == [1000] * opened, (closes, output)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: on SIGINT/SIGTERM the client's close handshake waits for the trainer's close frame for the full "
-        "close timeout (ClientSettings.close_timeout_s = 5 s, not configurable by a parameter; "
-        "TrainerClient._close_ours in plugrl_ros/protocol/client.py), and BridgeNode.shutdown_gracefully joins "
-        "the link thread for close_timeout_s + 1 s: on a stalled link the bridge takes over 5 s to exit"
-    ),
-)
 def test_a_signal_while_the_trainer_link_is_stalled_still_exits_within_3_s(tmp_path, robot):
     robot.stream(Float64MultiArray, "/state", float_state(0.0))
     cmd = robot.listen(Float64MultiArray, "/cmd")
@@ -1139,14 +1111,6 @@ def test_a_signal_while_the_trainer_link_is_stalled_still_exits_within_3_s(tmp_p
     assert elapsed < 3.0, f"took {elapsed:.1f} s to stop on a stalled link"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: bridge_node.main() installs its SIGINT/SIGTERM handlers only after importing rclpy and the bridge "
-        "(about half a second): a signal in that window kills the process by the signal (SIGTERM: status -15; "
-        "SIGINT: a KeyboardInterrupt traceback, status -2) instead of exiting 0 (plugrl_ros/ros/bridge_node.py)"
-    ),
-)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_while_the_bridge_is_still_starting_exits_0_without_a_traceback(tmp_path, signum):
     params = write_params(tmp_path / "bridge.yaml", bridge_params("ws://127.0.0.1:9", **SIGNALLED))

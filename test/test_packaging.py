@@ -96,7 +96,7 @@ def test_the_launch_file_starts_the_bridge_executable_with_the_shipped_config():
     assert arguments == {"config", "server_uri", "namespace", "log_level"}
     assert 'executable="bridge"' in source and '"bridge.yaml"' in source
     entry_points = (ROOT / "setup.py").read_text()
-    assert re.search(r'"bridge = plugrl_ros\.ros\.bridge_node:main"', entry_points)
+    assert re.search(r'"bridge = plugrl_ros\.ros\.bridge_main:main"', entry_points)
 
 
 @pytest.mark.ros

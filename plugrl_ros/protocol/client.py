@@ -69,7 +69,8 @@ class ClientSettings:
     reconnect_initial_s: float = 0.5
     reconnect_max_s: float = 10.0
     open_timeout_s: float = 10.0
-    close_timeout_s: float = 5.0
+    # how long a close waits for the trainer's close frame: a stalled link must not delay a shutdown
+    close_timeout_s: float = 1.0
     max_frame_bytes: int | None = None  # the protocol allows frames of any size; a cap is the operator's choice
 
 

@@ -186,6 +186,7 @@ class EnvRollout:
         if completed == 0:
             self.frozen = True
             self._episode_ended()
+            self._new_episode()  # whatever comes next starts a new episode, not this dead one
             return False
         self.pending = PendingFeedback(
             row=self.last_row,

@@ -563,12 +563,11 @@ def main(args: list[str] | None = None) -> int:
         if node is not None:
             node.get_logger().info("interrupted: idling the actuators and closing the trainer connection")
     finally:
+        # A second signal must not cut the graceful shutdown short (it takes at most about 2 s).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if node is not None:
             node.shutdown_gracefully()
             node.destroy_node()
         rclpy.try_shutdown()
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -30,7 +30,7 @@ def bridge_command(args: argparse.Namespace, config: str, action_dim: int) -> li
         "episode.max_steps": str(args.max_episode_steps),
         "actions.probe.slice": f"[0, {action_dim}]",
     }
-    command = [sys.executable, "-m", "plugrl_ros.ros.bridge_node", "--ros-args", "--params-file", config]
+    command = [sys.executable, "-m", "plugrl_ros.ros.bridge_main", "--ros-args", "--params-file", config]
     for key, value in overrides.items():
         if value != "":
             command += ["-p", f"{key}:={value}"]

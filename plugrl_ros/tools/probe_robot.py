@@ -50,9 +50,10 @@ class ProbeRobot(Node):
             self._pubs.append(pubs)
             self.create_subscription(Float64MultiArray, f"{ns}/action", self._on_action(i), qos)
             self.create_service(Trigger, f"{ns}/reset", self._on_reset(i))
-        # A bridge that subscribes later still needs a first observation; the
-        # state is published again whenever a new subscriber appears (never on
-        # a timer: in lockstep a stale repeat could pass for a step's result).
+        # A bridge that subscribes later still needs a first observation: the
+        # state is published when the first subscriber appears. Never more
+        # often (not on a timer, not for a second subscriber such as a
+        # `ros2 topic echo`): in lockstep a repeat could pass for a step's result.
         self.create_timer(0.2, self._greet_new_subscribers)
 
     def _publish_state(self, env: int) -> None:
@@ -88,7 +89,7 @@ class ProbeRobot(Node):
     def _greet_new_subscribers(self) -> None:
         for env, pubs in enumerate(self._pubs):
             count = pubs[0].get_subscription_count()
-            if count > self._subscribers[env]:
+            if count > 0 and self._subscribers[env] == 0:
                 self._publish_state(env)
             self._subscribers[env] = count
 
