@@ -6,7 +6,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$root/.venv}"
-"$root/scripts/setup-venv.sh" "$VENV" "${ROS_WHEELS:-kilted}"
+"$root/scripts/setup-venv.sh" "$VENV" ${ROS_WHEELS:+"$ROS_WHEELS"}
 # shellcheck source=scripts/env.sh
 source "$root/scripts/env.sh"
 # A ROS domain of its own: the benchmark's nodes must not meet a test's or anyone else's.

@@ -1,7 +1,7 @@
 # Source me: the environment plugrl_ros's commands and tests run in (after scripts/setup-venv.sh).
 #   VENV    the venv to use (default: .venv at the repository root)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${VENV:-$root/.venv}"
+VENV="$(cd "${VENV:-$root/.venv}" && pwd)"  # absolute: tests change directory
 export VIRTUAL_ENV="$VENV"
 export PATH="$VENV/bin:$PATH"
 # ament_index finds the ROS packages installed as wheels (and their message types) here.

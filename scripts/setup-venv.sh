@@ -4,23 +4,39 @@
 #   scripts/setup-venv.sh [VENV] [kilted|jazzy] [EXTRA_REQUIREMENT]
 #
 # EXTRA_REQUIREMENT (e.g. websockets==13.0) is installed last, over the pinned
-# version: how CI tests the oldest supported dependency.
-#
+# version: how CI tests the oldest supported dependency. A venv remembers its
+# wheel set and extra requirement: called again without them (as the demo and
+# benchmark scripts do), it keeps them. Kilted and Jazzy wheels must never mix.
 # Idempotent and quick when nothing changed: a stamp records the hash of the
 # requirement files, so a second run installs nothing.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${1:-$root/.venv}"
-wheels="${2:-kilted}"
-extra="${3:-}"
+mkdir -p "$venv"
+venv="$(cd "$venv" && pwd)"
+marker="$venv/.plugrl-ros-config"
+if [ $# -ge 2 ]; then
+    wheels="$2"
+    extra="${3:-}"
+elif [ -f "$marker" ]; then
+    wheels="$(sed -n 1p "$marker")"
+    extra="$(sed -n 2p "$marker")"
+else
+    wheels="kilted"
+    extra=""
+fi
+if [ -f "$marker" ] && [ "$(sed -n 1p "$marker")" != "$wheels" ]; then
+    echo "[setup] $venv holds the $(sed -n 1p "$marker") ROS wheels; it cannot take $wheels (use another venv)" >&2
+    exit 2
+fi
 python="${PYTHON:-python3}"
 cd "$root"
 hash="$( (cat "requirements/ros-$wheels.txt" requirements/base.txt requirements/dev.txt setup.py; echo "$extra") | sha256sum | cut -c1-16)"
-stamp="$venv/.plugrl-ros-setup-$wheels-$hash"
+stamp="$venv/.plugrl-ros-setup-$hash"
 if [ -f "$stamp" ]; then
     exit 0
 fi
-echo "[setup] installing into $venv (ROS wheels: $wheels); this takes a minute the first time" >&2
+echo "[setup] installing into $venv (ROS wheels: $wheels${extra:+, $extra}); this takes a minute the first time" >&2
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     -r "requirements/ros-$wheels.txt" -r requirements/base.txt -r requirements/dev.txt
@@ -28,5 +44,6 @@ echo "[setup] installing into $venv (ROS wheels: $wheels); this takes a minute t
 if [ -n "$extra" ]; then
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$extra"
 fi
+printf '%s\n%s\n' "$wheels" "$extra" > "$marker"
 rm -f "$venv"/.plugrl-ros-setup-*
 touch "$stamp"
