@@ -20,12 +20,12 @@ import sys
 import time
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Bool, Float32, Float64, Float64MultiArray
 from std_srvs.srv import Trigger
 
 from plugrl_ros.ros.qos import qos_profile
+from plugrl_ros.ros.spin import spin_until_shutdown
 
 _STEP_TOPICS = ("t", "a", "reward", "terminated")
 _RESET_TOPICS = ("t", "a")
@@ -103,16 +103,7 @@ def main() -> int:
     args = parser.parse_args()
     rclpy.init()
     node = LockstepClient(args.envs, args.action_dim)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return spin_until_shutdown(node)
 
 
 if __name__ == "__main__":

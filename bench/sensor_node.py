@@ -19,11 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import rclpy
 from bench_observation import CAMERAS, image_message, joint_message
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CompressedImage, Image, JointState
+
+from plugrl_ros.ros.spin import spin_until_shutdown
 
 
 class SensorNode(Node):
@@ -66,16 +67,7 @@ def main() -> int:
     args = parser.parse_args()
     rclpy.init()
     node = SensorNode(args.envs, args.camera, args.camera_hz, args.joints_hz)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return spin_until_shutdown(node)
 
 
 if __name__ == "__main__":

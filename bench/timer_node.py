@@ -14,9 +14,10 @@ import argparse
 import sys
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
+
+from plugrl_ros.ros.spin import spin_until_shutdown
 
 
 class TimerNode(Node):
@@ -38,16 +39,7 @@ def main() -> int:
     args = parser.parse_args()
     rclpy.init()
     node = TimerNode(args.rate, args.topic)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return spin_until_shutdown(node)
 
 
 if __name__ == "__main__":

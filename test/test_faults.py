@@ -234,6 +234,8 @@ def test_a_trainer_killed_mid_chunk_and_restarted_gets_only_clean_transitions_an
         with probe_robot(n_envs), probe_bridge(uri, n_envs, mode="timer", rate=20.0) as bridge_child:
 
             def mid_chunk() -> bool:
+                if not all(inbox.msgs() for inbox in actions):
+                    return False  # every listener must have matched its publisher first
                 msgs = actions[2].msgs()
                 return len(msgs) >= 2 * horizon and step_of(msgs[-1]) == 2
 

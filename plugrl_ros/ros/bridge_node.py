@@ -93,6 +93,7 @@ class BridgeNode(Node):
         self._resetting = [False] * len(self.envs)
 
         self._ticks: deque[float] = deque(maxlen=1000)
+        self.transient_faults: deque[float] = deque()  # times of survived rclpy faults (see spin_resiliently)
         self._last_close = ""
         self._reconnects = 0
         self._paused_by_topic = False
@@ -468,6 +469,28 @@ class BridgeNode(Node):
             self.link.join(self.config.trainer.close_timeout_s + 1.0)
 
 
+# rclpy can fail to take one message (seen with the Jazzy wheels, "Unable to convert call
+# argument", while a robot's publishers restart). Losing that message is better than
+# stopping every robot; a fault that keeps coming is not transient and ends the bridge.
+_TRANSIENT_FAULTS_ALLOWED = 20
+_TRANSIENT_FAULT_WINDOW_S = 10.0
+
+
+def spin_resiliently(executor: SingleThreadedExecutor, node: BridgeNode) -> None:
+    """One executor turn; a transient rclpy fault is logged and survived, a persistent one re-raised."""
+    try:
+        executor.spin_once(timeout_sec=0.1)
+    except RuntimeError as exc:
+        now = time.monotonic()
+        faults = node.transient_faults
+        faults.append(now)
+        while faults and faults[0] < now - _TRANSIENT_FAULT_WINDOW_S:
+            faults.popleft()
+        if len(faults) > _TRANSIENT_FAULTS_ALLOWED:
+            raise
+        node.get_logger().error(f"ROS failed to deliver a message ({exc}); it is lost, the bridge carries on")
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -554,7 +577,7 @@ def main(args: list[str] | None = None) -> int:
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         while not node.finished:
-            executor.spin_once(timeout_sec=0.1)
+            spin_resiliently(executor, node)
         code = node.exit_code
     except ConfigError as exc:
         print(f"[plugrl_bridge] configuration error: {exc}", file=sys.stderr)
