@@ -1,0 +1,35 @@
+"""DESIGN.md's layers: protocol and rollout never import ROS or a higher layer; adapters never import tools."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+from harness import ROOT
+
+# layer -> modules it must never import (by top-level prefix)
+FORBIDDEN = {
+    "protocol": ("plugrl_ros.rollout", "plugrl_ros.ros", "plugrl_ros.tools", "plugrl_ros.demo", "rclpy"),
+    "rollout": ("plugrl_ros.ros", "plugrl_ros.tools", "plugrl_ros.demo", "rclpy", "websockets"),
+    "ros": ("plugrl_ros.tools", "plugrl_ros.demo"),
+}
+
+
+def imports(path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("layer", list(FORBIDDEN))
+def test_a_lower_layer_never_imports_a_higher_one(layer):
+    offenders = []
+    for path in (ROOT / "plugrl_ros" / layer).glob("*.py"):
+        for name in imports(path):
+            if any(name == bad or name.startswith(bad + ".") or name.startswith(bad + "_") for bad in FORBIDDEN[layer]):
+                offenders.append(f"{path.name} imports {name}")
+    assert not offenders
