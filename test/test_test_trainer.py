@@ -7,7 +7,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 
 import numpy as np
@@ -440,6 +440,43 @@ def test_a_second_concurrent_connection_is_reported() -> None:
     report = asyncio.run(scenario())
     assert failed(report) == {RECONNECTS}, report.text()
     assert "while connection 1 was still open" in details(report, RECONNECTS)
+
+
+def run_after_one_connection(settings: TrainerSettings, first: Callable[[str], Awaitable[None]]) -> Report:
+    """``first`` uses one connection its own way, then a correct client runs the script to its end."""
+
+    async def scenario() -> Report:
+        trainer = TestTrainer(settings)
+        port = await trainer.start()
+        await first(f"ws://127.0.0.1:{port}")
+        await asyncio.wait_for(RawProbeClient(port).run(), RUN_TIMEOUT_S)
+        return await trainer.finished(timeout=RUN_TIMEOUT_S)
+
+    return asyncio.run(scenario())
+
+
+def test_a_client_with_a_1_mib_frame_limit_fails_large_metadata() -> None:
+    async def capped(uri: str) -> None:
+        async with connect(uri, compression=None, max_size=1 << 20) as ws:
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.recv()
+            assert closed.value.sent is not None and closed.value.sent.code == 1009
+
+    report = run_after_one_connection(fast(script=("stop",)), capped)
+    assert failed(report) == {LARGE_METADATA}, report.text()
+    assert report.clause(LARGE_METADATA).passed == 1  # the correct client's connection
+    assert "connection 1: the client closed (code 1009" in details(report, LARGE_METADATA)
+
+
+def test_a_client_stopping_right_after_the_large_metadata_is_a_note_not_a_failure() -> None:
+    async def stops(uri: str) -> None:
+        async with connect(uri, compression=None, max_size=None) as ws:
+            await ws.recv()
+            await ws.close(1000)
+
+    report = run_after_one_connection(fast(script=("stop",)), stops)
+    assert report.failed == 0, report.text()
+    assert any("connection 1: the client stopped (1000) right after the metadata" in n for n in report.notes)
 
 
 def test_env_indices_beyond_n_envs_fail_env_sets() -> None:

@@ -88,6 +88,7 @@ FINAL_ENDINGS = ("stop", "text", "serve")
 ENDINGS = RECONNECT_ENDINGS + FINAL_ENDINGS
 
 _ONE_MIB = 1 << 20
+_NORMAL_CLOSURE = 1000
 # A client speaking first, sending garbage, or losing its place in the
 # exchange gets a resync, as a real trainer would give it; a client that does
 # it on every connection would loop for ever, so the trainer gives up.
@@ -454,8 +455,20 @@ class _Exchange:
         self.feedbacks = 0
 
     def client_closed(self, code: int | None, reason: str) -> None:
-        """The client ended the connection; a client that never spoke may have choked on the metadata."""
-        if self.messages == 0 and self._large_metadata:
+        """The client ended the connection; a client that never spoke may have choked on the metadata.
+
+        A normal close (1000) is a client stopping on purpose, which may happen
+        at any moment, so it is noted rather than judged.
+        """
+        if self.messages > 0 or not self._large_metadata:
+            return
+        if code == _NORMAL_CLOSURE:
+            self._rec.note(
+                f"connection {self.number}: the client stopped (1000) right after the metadata; "
+                f"{LARGE_METADATA} was not judged on it",
+                key="stopped-after-metadata",
+            )
+        else:
             self._rec.fail(
                 LARGE_METADATA,
                 f"connection {self.number}: the client closed ({_close_text(code, reason)}) before sending "
