@@ -18,7 +18,9 @@ setup(
     ],
     package_data={PACKAGE: ["config/*.yaml"]},
     python_requires=">=3.10",
-    install_requires=["numpy", "msgpack>=1.0", "websockets>=15.0"],
+    install_requires=["numpy", "msgpack>=1.0", "websockets>=15.0", "PyYAML"],
+    # OpenCV comes from apt (python3-opencv, via rosdep) on a robot; a pip-only install adds it with [opencv].
+    extras_require={"opencv": ["opencv-python-headless"]},
     zip_safe=True,
     maintainer="plugrl_ros maintainers",
     maintainer_email="maintainers@plugrl-ros.dev",

@@ -35,7 +35,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float32, Float64, Float64MultiArray
+from std_msgs.msg import Bool, Float32, Float64, Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 from trainer_fixture import Record, ScriptedTrainer
 
@@ -70,6 +70,8 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 def _yaml_scalar(value: Any) -> str:
+    if value is None:
+        return ""  # a key with no value
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -381,6 +383,70 @@ def run_with_config(tmp_path: Path, params: dict, *ros_args: str) -> tuple[int, 
             id="empty-envs",
         ),
         pytest.param(NO_OBSERVATIONS, (), "observations", "(missing)", "required", id="no-observations"),
+        pytest.param(
+            {"observation": VALID["observations"], "actions": VALID["actions"]},
+            (),
+            "observation",
+            "{states: ...}",
+            "unknown key under the root; did you mean 'observations'?",
+            id="misspelt-section",
+        ),
+        pytest.param(
+            merged(VALID, {"actions": {"arm": {"min": [-3, 3.1]}}}),
+            (),
+            "actions.arm.min",
+            "[-3, 3.1]",
+            "write every number with a decimal point",
+            id="list-mixing-int-and-float",
+        ),
+        pytest.param(
+            VALID,
+            ("-p", "actions.arm.max:=[1, 2.5]"),
+            "actions.arm.max",
+            "[1, 2.5]",
+            "one type per list",
+            id="list-mixing-int-and-float-on-command-line",
+        ),
+        pytest.param(
+            merged(VALID, {"trainer": {"ca_file": None}}),
+            (),
+            "trainer.ca_file",
+            "None",
+            "the key has no value",
+            id="key-without-value",
+        ),
+        pytest.param(
+            VALID,
+            ("-p", "control.rate_hz:=fast"),
+            "control.rate_hz",
+            "'fast'",
+            f"ROS 2 kept {RATE_HZ!r} instead of this value",
+            id="override-of-another-type-dropped-by-ros",
+        ),
+        pytest.param(
+            merged(VALID, {"episode": {"max_steps": 100}}),
+            ("-p", "episode.max_steps:=100.5"),
+            "episode.max_steps",
+            "100.5",
+            "ROS 2 kept 100 instead of this value",
+            id="float-override-of-an-int-dropped-by-ros",
+        ),
+        pytest.param(
+            merged(VALID, {"trainer": {"api_key_env": "PLUGRL_TEST_UNSET_KEY"}}),
+            (),
+            "trainer.api_key_env",
+            "'PLUGRL_TEST_UNSET_KEY'",
+            "the environment variable PLUGRL_TEST_UNSET_KEY is not set",
+            id="api-key-variable-unset",
+        ),
+        pytest.param(
+            merged(VALID, {"trainer": {"uri": "wss://127.0.0.1:9", "ca_file": "/nonexistent/plugrl-ca.pem"}}),
+            (),
+            "trainer.ca_file",
+            "'/nonexistent/plugrl-ca.pem'",
+            "cannot load it as a CA bundle: No such file or directory",
+            id="missing-ca-file",
+        ),
     ],
 )
 def test_a_bad_config_exits_2_naming_the_key_the_value_and_what_is_allowed(
@@ -392,6 +458,47 @@ def test_a_bad_config_exits_2_naming_the_key_the_value_and_what_is_allowed(
     line = next((ln for ln in output.splitlines() if "configuration error" in ln), "")
     assert f"{key}: got {value}" in line, output
     assert allowed in line, output
+
+
+@pytest.mark.parametrize(
+    ("text", "ros_args", "expected"),
+    [
+        pytest.param(None, (), "--params-file: got '{path}'; cannot read it: No such file", id="missing-file"),
+        pytest.param(
+            "/**:\n  ros__parameters:\n    control: {rate_hz: [1\n",
+            (),
+            "--params-file: got '{path}'; not valid YAML: while parsing a flow sequence",
+            id="broken-yaml",
+        ),
+        pytest.param(
+            "/**:\n  ros_parameters:\n    control:\n      rate_hz: 20.0\n",
+            (),
+            "/**: got ['ros_parameters']; in {path}, a node section must hold 'ros__parameters:'",
+            id="misspelt-ros-parameters",
+        ),
+        pytest.param(
+            "bridge:\n  ros__parameters:\n    control:\n      rate_hz: 20.0\n",
+            (),
+            "--params-file: got ['{path}']; no section applies to this node (/plugrl_bridge); the file has 'bridge'",
+            id="section-for-another-node",
+        ),
+        pytest.param(
+            "/**:\n  ros__parameters:\n    control:\n      rate_hz: 20.0\n",
+            ("--no-such-ros-flag",),
+            "cannot read the command line: UnknownROSArgsError: ['--no-such-ros-flag']",
+            id="unknown-ros-argument",
+        ),
+    ],
+)
+def test_a_params_file_ros_2_would_refuse_exits_2_saying_why(tmp_path, text, ros_args, expected):
+    path = tmp_path / "bridge.yaml"
+    if text is not None:
+        path.write_text(text)
+    with process([*BRIDGE, "--ros-args", "--params-file", str(path), *ros_args]) as child:
+        code, output = child.wait(30), child.output()
+    assert code == 2, output
+    assert "Traceback" not in output, output
+    assert expected.format(path=path) in output, output
 
 
 # -- b. the observation path -------------------------------------------------------------
@@ -785,6 +892,45 @@ def test_pausing_idles_the_actuators_truncates_the_running_episode_and_unpausing
     steps_of_this_chunk = int(episode["l"][0]) - horizon * int(truncated["step_ids"][0])
     assert 1 <= steps_of_this_chunk < horizon, "the chunk was not cut by the pause"
     assert resumed["step_ids"].tolist() == [0], "after a truncation the next infer starts a new episode"
+
+
+def test_a_dead_man_pause_topic_runs_the_robot_only_while_it_keeps_saying_false(tmp_path, robot):
+    max_age = 0.3
+    params = {
+        "observations": STATE,
+        "actions": {"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1], "idle": "zero"}},
+        "pause": {"topic": "enable_held", "max_age_s": max_age},
+    }
+    robot.stream(Float64MultiArray, "/state", float_state(0.0))
+    cmd = robot.listen(Float64MultiArray, "/cmd")
+    switch = robot.stream(Bool, "/enable_held", lambda: Bool(data=False), period_s=0.05)
+    switch.on = False  # the operator has not pressed it yet
+
+    def moving(since: float) -> int:
+        return sum(1 for m in cmd.msgs(since) if m.data[0] != 0.0)
+
+    ones = lambda envs, steps, obs: np.ones((25, len(envs), 1), dtype="<f4")  # noqa: E731
+    with ScriptedTrainer({"action_horizon": 25, "action_dim": 1}, ones) as trainer:
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)):
+            t_start = time.monotonic()
+            wait_until(lambda: len(cmd.msgs(t_start)) >= 50, 20, "idle commands before the switch is held")
+            assert moving(0.0) == 0 and not trainer.messages("infer"), "the robot ran before the switch said run"
+
+            switch.on = True
+            t_held = time.monotonic()
+            wait_until(lambda: moving(t_held) >= 10, 10, "the actuator moving while the switch is held")
+
+            switch.on = False  # the teleop node dies, or the operator lets go
+            t_released = time.monotonic()
+            truncated = trainer.wait_for(first_after(trainer, "feedback", t_released), 5, "the released chunk's end")
+            settled = t_released + max_age + 0.1  # the age limit, a tick, and messages already on their way
+            wait_until(lambda: len(cmd.msgs(settled)) >= 10, 10, "commands after the switch went silent")
+            assert moving(settled) == 0, "the actuator moved after the dead-man switch went silent"
+
+            switch.on = True
+            t_again = time.monotonic()
+            wait_until(lambda: moving(t_again) >= 3, 10, "the actuator moving again once the switch is held")
+    assert truncated["data"]["truncated"].tolist() == [True], "the running episode was not truncated"
 
 
 def test_in_lockstep_pausing_and_stopping_send_a_simulator_no_idle_commands(tmp_path, robot):

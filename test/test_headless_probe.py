@@ -267,3 +267,12 @@ def test_the_command_exits_0_after_stop_and_by_itself_after_steps():
     assert not any("1000" in note for note in report.notes), report.notes  # it closed with 1000
     code, report, _ = asyncio.run(scenario(("text",), []))
     assert code == 1
+
+
+def test_the_command_refuses_an_api_key_variable_that_is_not_set():
+    env = {k: v for k, v in ros_env().items() if k != "PLUGRL_TEST_UNSET_KEY"}
+    command = [sys.executable, "-m", "plugrl_ros.tools.probe", "--headless", "--server", "ws://127.0.0.1:9"]
+    command += ["--api-key-env", "PLUGRL_TEST_UNSET_KEY"]
+    done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "--api-key-env: the environment variable PLUGRL_TEST_UNSET_KEY is not set" in done.stderr

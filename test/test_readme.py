@@ -26,6 +26,7 @@ ROS_PROBE = "mirror: test_probe_ros.py::test_the_ros_probe_passes_every_clause"
 HEADLESS = "run: test_the_headless_probe_command_checks_a_trainer_link"
 BRIDGE = "mirror: test_bridge_node.py::"
 PAUSE = BRIDGE + "test_pausing_idles_the_actuators_truncates_the_running_episode_and_unpausing_resumes"
+PIP_BRIDGE = "run: test_the_pip_bridge_command_starts_with_a_params_file_and_an_override"
 DIAGNOSTICS = BRIDGE + "test_diagnostics_report_the_link_the_achieved_control_rate_and_each_envs_episodes"
 
 # command prefix -> how it is exercised: "run: <test here>", "mirror: <test file>::<test>", or why not here
@@ -51,6 +52,8 @@ EXERCISED = {
     "ros2 service call /plugrl_bridge/set_paused": PAUSE,
     "ros2 topic echo /diagnostics": DIAGNOSTICS,
     "ros2 topic info -v": "not here: ros2cli is not on PyPI; a standard ROS 2 tool the troubleshooting table points to",
+    "source scripts/env.sh": PIP_BRIDGE,
+    "plugrl-bridge --ros-args --params-file": PIP_BRIDGE,
 }
 
 _COMMAND_WORDS = ("scripts/", "plugrl-", "ros2 ", "colcon ", "rosdep ", "pip ", "git ", "mkdir ", "cd ", "source ")
@@ -120,6 +123,26 @@ def test_the_test_trainer_command_prints_its_report():
     assert out.returncode == 2  # nobody connected before --timeout
 
 
+def test_the_pip_bridge_command_starts_with_a_params_file_and_an_override():
+    """`source scripts/env.sh` and `plugrl-bridge --ros-args --params-file my_robot.yaml -p trainer.uri:=...`."""
+    import signal
+    import time
+
+    from harness import process
+
+    command = "source scripts/env.sh && exec plugrl-bridge --ros-args --params-file config/bridge.yaml"
+    command += " -p trainer.uri:=ws://127.0.0.1:9"
+    with process(["bash", "-c", f"cd {ROOT} && {command}"]) as bridge:
+        deadline = time.monotonic() + 30
+        while "1 env(s)" not in bridge.output() and bridge.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        started = bridge.output()
+        bridge.proc.send_signal(signal.SIGINT)
+        code = bridge.wait(15)
+    assert "trainer ws://127.0.0.1:9" in started, started
+    assert code == 0, bridge.output()
+
+
 def _installed(command: list[str]) -> list[str]:
     """The console script if installed (as README users run it), else its module."""
     import shutil
@@ -147,6 +170,10 @@ def _installed(command: list[str]) -> list[str]:
         "stopping: ",
         "the trainer sent a text frame",
         "is plain ws:// to another host: the link is unauthenticated",
+        "ROS 2 kept ",
+        " instead of this value from ",
+        "the environment variable ",
+        " is not set or empty",
     ],
 )
 def test_every_troubleshooting_message_is_one_the_package_prints(fragment):

@@ -15,10 +15,13 @@ every source of the env has produced a message newer than the last action.
 from __future__ import annotations
 
 import ctypes
+import math
+import os
 import signal
 import sys
 import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -31,9 +34,10 @@ from std_srvs.srv import SetBool
 
 from plugrl_ros.protocol.client import CloseKind, Connected, ConnectFailed, Disconnected, FrameReceived, Notice
 from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
-from plugrl_ros.ros.config import BridgeConfig, load_config
+from plugrl_ros.ros.config import BridgeConfig, check_environment, load_config
 from plugrl_ros.ros.diagnostics import ERROR, OK, WARN, Entry, percentile_ms, status_array
 from plugrl_ros.ros.env_io import EnvIO, ShapeGuard
+from plugrl_ros.ros.param_sources import ParamSource, check_arrival, read_param_sources
 from plugrl_ros.ros.params import ConfigError
 from plugrl_ros.ros.qos import qos_profile
 from plugrl_ros.ros.trainer_link import Finished, LinkEvent, TrainerLink
@@ -49,7 +53,8 @@ _CONVERTER_THREADS = 2
 class BridgeNode(Node):
     """One bridge: ``len(envs)`` robots sharing one trainer connection."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, param_sources: Sequence[ParamSource] = (), **kwargs: Any) -> None:
+        """``param_sources``: what the command line gives (:func:`read_param_sources`), to check it all arrived."""
         super().__init__(
             "plugrl_bridge",
             automatically_declare_parameters_from_overrides=True,
@@ -57,7 +62,10 @@ class BridgeNode(Node):
             **kwargs,
         )
         names = self.list_parameters([], 0).names
-        self.config: BridgeConfig = load_config({p.name: p.value for p in self.get_parameters(names)})
+        received = {p.name: p.value for p in self.get_parameters(names)}
+        check_arrival(param_sources, self.get_fully_qualified_name(), received)
+        self.config: BridgeConfig = load_config(received)
+        check_environment(self.config, os.environ)
         config = self.config
         self.finished = False
         self.exit_code = EXIT_OK
@@ -96,7 +104,10 @@ class BridgeNode(Node):
         self.transient_faults: deque[float] = deque()  # times of survived rclpy faults (see spin_resiliently)
         self._last_close = ""
         self._reconnects = 0
-        self._paused_by_topic = False
+        # A dead-man switch (pause.max_age_s > 0) holds the robots until its first "run" (false).
+        self._dead_man = config.pause.max_age_s > 0
+        self._paused_by_topic = self._dead_man
+        self._run_heard_s = -math.inf  # when the pause topic last said false
         self._paused_by_service = config.pause.start_paused
         if config.pause.topic:
             self.create_subscription(
@@ -142,7 +153,13 @@ class BridgeNode(Node):
             f"{len(c.envs)} env(s): {envs}; mode {c.control.mode}"
             + (f" at {c.control.rate_hz:g} Hz" if not self._lockstep else "")
             + f"; observing {topics}; trainer {c.trainer.uri}"
-            + ("; starting paused" if self.paused else "")
+            + ("; starting paused" if self._paused_by_service else "")
+            + (
+                f"; dead-man switch on {c.pause.topic}: running only while it says false every "
+                f"{c.pause.max_age_s:g} s or more often"
+                if self._dead_man
+                else ""
+            )
         )
         if self._lockstep and any(a.idle != "none" for a in c.actions):
             self.get_logger().info("lockstep mode publishes only chunk steps: idle behaviours are not used")
@@ -204,6 +221,7 @@ class BridgeNode(Node):
 
     def _on_tick(self) -> None:
         """Timer mode: finish the steps of the last tick, send what is due, publish this tick's steps."""
+        self._check_dead_man()
         self._ticks.append(self._now_ns() * 1e-9)  # the node's clock: simulated time under use_sim_time
         now_ns = self._now_ns()
         stale = [io.stale_sources(now_ns) for io in self.envs]
@@ -251,6 +269,7 @@ class BridgeNode(Node):
 
     def _step(self, env: int) -> None:
         """Lockstep: publish ``env``'s next step at once."""
+        self._check_dead_man()
         if self.paused:
             return
         action = self.rollout.take_step(env)
@@ -260,6 +279,7 @@ class BridgeNode(Node):
 
     def _housekeeping(self) -> None:
         """Lockstep: failures, resets, deadlines and batching windows, which no message arrival drives."""
+        self._check_dead_man()
         self._ticks.append(self._now_ns() * 1e-9)
         for io in self.envs:
             self._check_failure(io, [])
@@ -323,9 +343,19 @@ class BridgeNode(Node):
     # -- pause ---------------------------------------------------------------
 
     def _on_pause_topic(self, msg: Bool) -> None:
+        if not msg.data:
+            self._run_heard_s = time.monotonic()
         if msg.data != self._paused_by_topic:
             self._paused_by_topic = msg.data
             self._apply_pause(f"pause topic {self.config.pause.topic}")
+
+    def _check_dead_man(self) -> None:
+        """A dead-man switch that has not said "run" within ``pause.max_age_s`` pauses the robots."""
+        if not self._dead_man or self._paused_by_topic:
+            return
+        if time.monotonic() - self._run_heard_s > self.config.pause.max_age_s:
+            self._paused_by_topic = True
+            self._apply_pause(f"pause topic {self.config.pause.topic} going silent (dead-man switch)")
 
     def _on_set_paused(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
         self._paused_by_service = request.data
@@ -495,44 +525,6 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _empty_list_error(args: list[str]) -> ConfigError | None:
-    """ROS 2 cannot declare a parameter whose value is ``[]``; rclpy fails with a traceback that names
-    no key. Find such a value in the params files and ``-p`` overrides first and name it."""
-    import yaml
-
-    def walk(value: object, key: str) -> str | None:
-        if value == []:
-            return key
-        if isinstance(value, dict):
-            for name, child in value.items():
-                found = walk(child, f"{key}.{name}" if key else str(name))
-                if found:
-                    return found
-        return None
-
-    for i, arg in enumerate(args[:-1]):
-        found = None
-        if arg == "--params-file":
-            try:
-                with open(args[i + 1], encoding="utf-8") as stream:
-                    document = yaml.safe_load(stream) or {}
-            except (OSError, yaml.YAMLError):
-                continue  # rclpy reports an unreadable file itself
-            for section in document.values() if isinstance(document, dict) else ():
-                if isinstance(section, dict) and isinstance(section.get("ros__parameters"), dict):
-                    found = found or walk(section["ros__parameters"], "")
-        elif arg in ("-p", "--param") and args[i + 1].replace(" ", "").endswith(":=[]"):
-            found = args[i + 1].split(":=", 1)[0]
-        if found:
-            allowed = (
-                'the list must not be empty (one robot without a namespace: [""])'
-                if found == "envs"
-                else ("ROS 2 parameters cannot be empty lists: leave the key out for its default")
-            )
-            return ConfigError(found, [], allowed)
-    return None
-
-
 # glibc's mallopt parameters
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -562,18 +554,25 @@ def main(args: list[str] | None = None) -> int:
     from rclpy.signals import SignalHandlerOptions
 
     tune_process()
-    # Our own signal handling: the actuators must be idled while the ROS
-    # context is still valid, so SIGINT/SIGTERM become KeyboardInterrupt.
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        sources = read_param_sources(sys.argv if args is None else args)
+    except ConfigError as exc:
+        print(f"[plugrl_bridge] configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        # Our own signal handling: the actuators must be idled while the ROS
+        # context is still valid, so SIGINT/SIGTERM become KeyboardInterrupt.
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except RuntimeError as exc:  # rcl refusing the command line: a user mistake, not a crash
+        reason = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        print(f"[plugrl_bridge] cannot read the command line: {reason}", file=sys.stderr)
+        return EXIT_CONFIG
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGINT, _raise_interrupt)
     node: BridgeNode | None = None
     code = EXIT_OK
     try:
-        empty = _empty_list_error(list(sys.argv if args is None else args))
-        if empty is not None:
-            raise empty
-        node = BridgeNode()
+        node = BridgeNode(param_sources=sources)
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         while not node.finished:

@@ -9,6 +9,7 @@ is allowed. Everything after startup trusts these objects.
 from __future__ import annotations
 
 import functools
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from plugrl_ros.protocol.client import ClientSettings
 from plugrl_ros.ros.images import make_image_source
 from plugrl_ros.ros.params import ConfigError, Section, nest
 from plugrl_ros.ros.sinks import ActionShaper, make_sink
-from plugrl_ros.ros.sources import TextSource, make_state_source
+from plugrl_ros.ros.sources import TextSource, make_state_source, short_type_name
 
 QOS_CHOICES = ("sensor_data", "best_effort", "reliable")
 MODES = ("timer", "lockstep")
@@ -26,6 +27,7 @@ RESET_MODES = ("none", "service", "signal")
 RESET_SERVICE_TYPES = ("std_srvs/Trigger", "std_srvs/Empty")
 
 # Parameters every ROS node has; they are not the bridge's to validate.
+ROOT_KEYS = ("trainer", "envs", "control", "observations", "actions", "reward", "episode", "reset", "pause", "status")
 _ROS_OWNED_PREFIXES = ("use_sim_time", "qos_overrides.", "start_type_description_service", "start_parameter_services")
 
 
@@ -125,6 +127,7 @@ class ControlConfig:
 class PauseConfig:
     topic: str = ""
     start_paused: bool = False
+    max_age_s: float = 0.0  # > 0: the topic is a dead-man switch (silence pauses)
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,14 @@ def is_ros_owned(name: str) -> bool:
 def load_config(flat: Mapping[str, Any]) -> BridgeConfig:
     """Parse the node's parameters (dotted names) into a :class:`BridgeConfig`; ConfigError on mistakes."""
     root = Section(nest({k: v for k, v in flat.items() if not is_ros_owned(k)}), "")
+    root.check_known(ROOT_KEYS)
+    if not root.names():
+        raise ConfigError(
+            "observations",
+            {},
+            "no bridge parameters arrived: give a params file whose node section ('/**' or 'plugrl_bridge') "
+            "holds ros__parameters",
+        )
     trainer = root.section("trainer")
     client = ClientSettings(
         uri=_uri(trainer),
@@ -208,9 +219,13 @@ def load_config(flat: Mapping[str, Any]) -> BridgeConfig:
     reset = _reset(root.section("reset"))
     pause_section = root.section("pause")
     pause = PauseConfig(
-        topic=_topic(pause_section, "topic", ""), start_paused=pause_section.bool("start_paused", False)
+        topic=_topic(pause_section, "topic", ""),
+        start_paused=pause_section.bool("start_paused", False),
+        max_age_s=pause_section.float("max_age_s", 0.0, minimum=0.0),
     )
     pause_section.finish()
+    if pause.max_age_s > 0 and not pause.topic:
+        raise ConfigError(pause_section.key("max_age_s"), pause.max_age_s, "a dead-man switch needs pause.topic")
     status_section = root.section("status")
     status = StatusConfig(
         diagnostics_period_s=status_section.float("diagnostics_period_s", 1.0, positive=True),
@@ -239,6 +254,24 @@ def load_config(flat: Mapping[str, Any]) -> BridgeConfig:
     return config
 
 
+def check_environment(config: BridgeConfig, environ: Mapping[str, str]) -> None:
+    """What the configuration names outside itself, checked at startup: the API key's variable, the CA file."""
+    trainer = config.trainer
+    if trainer.api_key_env and not environ.get(trainer.api_key_env):
+        raise ConfigError(
+            "trainer.api_key_env",
+            trainer.api_key_env,
+            f"the environment variable {trainer.api_key_env} is not set or empty: export the key in it before "
+            'starting the bridge, or set api_key_env to "" for a trainer that needs no key',
+        )
+    if trainer.ca_file:
+        try:
+            ssl.create_default_context(cafile=trainer.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ConfigError("trainer.ca_file", trainer.ca_file, f"cannot load it as a CA bundle: {reason}") from None
+
+
 def _frame_cap(section: Section) -> int | None:
     megabytes = section.float("max_frame_mb", 0.0, minimum=0.0)
     if 0 < megabytes < 4:
@@ -258,6 +291,14 @@ def _topic(section: Section, name: str, default: Any = ...) -> str:
     if topic and (any(c in topic for c in " \t{}") or topic.endswith("/")):
         raise ConfigError(section.key(name), topic, "a ROS topic name like 'joint_states' or '/camera/image_raw'")
     return topic
+
+
+def _type_name(section: Section, name: str, default: str, choices: tuple[str, ...], kind: str) -> str:
+    """An interface type among ``choices``, written "pkg/Type" or "pkg/<kind>/Type"."""
+    value = short_type_name(section.str(name, default), kind)
+    if value not in choices:
+        raise ConfigError(section.key(name), section.str(name), f"allowed: {', '.join(choices)}")
+    return value
 
 
 def _qos(section: Section, default: str) -> str:
@@ -367,7 +408,7 @@ def _shaper(values: dict, prefix: str, width: int) -> ActionShaper:
 def _reward(section: Section) -> RewardConfig:
     reward = RewardConfig(
         topic=_topic(section, "topic", ""),
-        type_name=section.str("type", "std_msgs/Float32", choices=REWARD_TYPES),
+        type_name=_type_name(section, "type", "std_msgs/Float32", REWARD_TYPES, "msg"),
         mode=section.str("mode", "sum", choices=("sum", "latest")),
         qos=_qos(section, "reliable"),
         max_age_s=section.float("max_age_s", 0.0, minimum=0.0),
@@ -394,7 +435,7 @@ def _reset(section: Section) -> ResetConfig:
     reset = ResetConfig(
         mode=section.str("mode", "none", choices=RESET_MODES),
         service=_topic(section, "service", "reset"),
-        service_type=section.str("service_type", "std_srvs/Trigger", choices=RESET_SERVICE_TYPES),
+        service_type=_type_name(section, "service_type", "std_srvs/Trigger", RESET_SERVICE_TYPES, "srv"),
         timeout_s=section.float("timeout_s", 10.0, positive=True),
         retry_initial_s=section.float("retry_initial_s", 1.0, positive=True),
         retry_max_s=section.float("retry_max_s", 30.0, positive=True),

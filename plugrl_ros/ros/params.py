@@ -23,7 +23,12 @@ class ConfigError(Exception):
     """A user mistake in the configuration: names the key, the value, what is allowed."""
 
     def __init__(self, key: str, value: Any, allowed: str) -> None:
-        shown = "(missing)" if value is _MISSING else repr(value)
+        if value is _MISSING:
+            shown = "(missing)"
+        elif isinstance(value, Mapping) and value:
+            shown = "{" + ", ".join(f"{name}: ..." for name in value) + "}"  # the keys say enough
+        else:
+            shown = repr(value)
         super().__init__(f"{key}: got {shown}; {allowed}")
         self.key = key
         self.value = value
@@ -141,9 +146,13 @@ class Section:
 
     def finish(self) -> None:
         """Reject keys nobody read: a misspelt key must not be silently ignored."""
-        unknown = sorted(set(self._values) - self._read)
+        self.check_known(self._read)
+
+    def check_known(self, names: Iterable[str]) -> None:
+        """Reject any key not in ``names``, before reading (so a misspelt section is named as such)."""
+        unknown = sorted(set(self._values) - set(names))
         if unknown:
-            known = sorted(self._read)
+            known = sorted(names)
             close = difflib.get_close_matches(unknown[0], known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(

@@ -37,11 +37,17 @@ def ros_type_name(msg_type: type) -> str:
     return f"{msg_type.__module__.split('.')[0]}/{msg_type.__name__}"
 
 
-def registered(registry: Mapping[str, type], type_name: str, section: Section) -> type:
-    """The class registered for ``type_name``; "pkg/msg/Type" is accepted as "pkg/Type" (what ``ros2 topic`` prints)."""
+def short_type_name(type_name: str, kind: str = "msg") -> str:
+    """ "pkg/msg/Type" (what ``ros2 topic`` prints) as "pkg/Type"; ``kind`` is "msg" or "srv"."""
     parts = type_name.split("/")
-    if len(parts) == 3 and parts[1] == "msg":
-        type_name = f"{parts[0]}/{parts[2]}"
+    if len(parts) == 3 and parts[1] == kind:
+        return f"{parts[0]}/{parts[2]}"
+    return type_name
+
+
+def registered(registry: Mapping[str, type], type_name: str, section: Section) -> type:
+    """The class registered for ``type_name``, written "pkg/Type" or "pkg/msg/Type"."""
+    type_name = short_type_name(type_name)
     cls = registry.get(type_name)
     if cls is None:
         raise ConfigError(section.key("type"), type_name, f"allowed: {', '.join(sorted(registry))}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from plugrl_ros.protocol.client import ClientSettings
@@ -46,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.envs < 1:
         print("plugrl-probe: --envs must be at least 1", file=sys.stderr)
+        return 2
+    if args.api_key_env and not os.environ.get(args.api_key_env):
+        print(f"plugrl-probe: --api-key-env: the environment variable {args.api_key_env} is not set", file=sys.stderr)
         return 2
     client = ClientSettings(
         uri=args.server,

@@ -1,0 +1,152 @@
+"""The command line's params files and overrides, read before ROS 2 reads them (pure: no ROS here)."""
+
+from __future__ import annotations
+
+import array
+import re
+from pathlib import Path
+
+import pytest
+
+from plugrl_ros.ros.param_sources import ParamSource, check_arrival, node_pattern_matches, read_param_sources
+from plugrl_ros.ros.params import ConfigError
+
+FILE = "/**:\n  ros__parameters:\n    control:\n      rate_hz: 20.0\n    envs: [a, b]\n"
+
+
+def params_file(tmp_path: Path, text: str = FILE, name: str = "bridge.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "fqn", "applies"),
+    [
+        ("/**", "/plugrl_bridge", True),
+        ("/**", "/lab/robots/plugrl_bridge", True),
+        ("plugrl_bridge", "/plugrl_bridge", True),
+        ("/plugrl_bridge", "/plugrl_bridge", True),
+        ("plugrl_bridge", "/lab/plugrl_bridge", False),
+        ("/lab/plugrl_bridge", "/lab/plugrl_bridge", True),
+        ("/**/plugrl_bridge", "/plugrl_bridge", True),
+        ("/**/plugrl_bridge", "/a/b/plugrl_bridge", True),
+        ("/*/plugrl_bridge", "/lab/plugrl_bridge", True),
+        ("/*/plugrl_bridge", "/plugrl_bridge", False),
+        ("/lab/*", "/lab/plugrl_bridge", True),
+        ("plugrl_*", "/plugrl_bridge", True),
+        ("bridge", "/plugrl_bridge", False),
+        ("/**/other", "/lab/plugrl_bridge", False),
+    ],
+)
+def test_node_sections_match_as_ros_2_matches_them(pattern, fqn, applies):
+    assert node_pattern_matches(pattern, fqn) is applies
+
+
+def test_files_and_overrides_are_read_in_command_line_order_and_only_inside_ros_args(tmp_path):
+    path = params_file(tmp_path)
+    argv = ["bridge", "-p", "ignored:=1", "--ros-args", "--params-file", path, "-p", "control.rate_hz:=50"]
+    argv += ["--param", "plugrl_bridge:trainer:={uri: 'ws://h:1', use_reuse: false}", "--", "-p", "after:=2"]
+    sources = read_param_sources(argv)
+    assert sources == [
+        ParamSource(path, "/**", {"control.rate_hz": 20.0, "envs": ["a", "b"]}, from_file=True),
+        ParamSource("-p control.rate_hz:=50", None, {"control.rate_hz": 50}),
+        ParamSource(
+            "--param plugrl_bridge:trainer:={uri: 'ws://h:1', use_reuse: false}",
+            "plugrl_bridge",
+            {"trainer.uri": "ws://h:1", "trainer.use_reuse": False},
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "says"),
+    [
+        ("/**:\n  ros__parameters:\n    a:\n      b: [1, 2.5]\n", "a.b", "write every number with a decimal point"),
+        ("/**:\n  ros__parameters:\n    a: [x, 1]\n", "a", "this one mixes int, string"),
+        ("/**:\n  ros__parameters:\n    a: [[1.0], [2.0]]\n", "a", "only numbers, strings or true/false"),
+        ("/**:\n  ros__parameters:\n    a: []\n", "a", "cannot be empty lists"),
+        ("/**:\n  ros__parameters:\n    envs: []\n", "envs", 'one robot without a namespace: [""]'),
+        ("/**:\n  ros__parameters:\n    trainer:\n      ca_file:\n", "trainer.ca_file", "the key has no value"),
+        ("/**:\n  parameters:\n    a: 1\n", "/**", "a node section must hold 'ros__parameters:'"),
+        ("/**: 3\n", "/**", "a node section must hold 'ros__parameters:'"),
+        ("- a\n- b\n", "--params-file", "expected node sections"),
+        ("/**:\n  ros__parameters: {a: [1\n", "--params-file", "not valid YAML"),
+    ],
+)
+def test_what_ros_2_would_refuse_without_naming_it_is_named(tmp_path, text, key, says):
+    with pytest.raises(ConfigError) as error:
+        read_param_sources(["bridge", "--ros-args", "--params-file", params_file(tmp_path, text)])
+    assert error.value.key == key
+    assert says in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("rule", "key", "says"),
+    [
+        ("a:=[1, 2.5]", "a", "write every number with a decimal point"),
+        ("a:=[]", "a", "cannot be empty lists"),
+        ("a:=", "a", "the key has no value"),
+        ("a:={b: [1, 2.5]}", "a.b", "write every number with a decimal point"),
+        ("a:=[1", "a", "not valid YAML"),
+        ("a=1", "-p", "expected name:=value"),
+    ],
+)
+def test_overrides_are_checked_like_files(rule, key, says):
+    with pytest.raises(ConfigError) as error:
+        read_param_sources(["bridge", "--ros-args", "-p", rule])
+    assert error.value.key == key
+    assert says in str(error.value)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    missing = str(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="cannot read it: No such file or directory") as error:
+        read_param_sources(["bridge", "--ros-args", "--params-file", missing])
+    assert error.value.value == missing
+
+
+def test_an_empty_file_gives_nothing(tmp_path):
+    assert read_param_sources(["bridge", "--ros-args", "--params-file", params_file(tmp_path, "")]) == []
+
+
+FILE_SOURCE = ParamSource("bridge.yaml", "/**", {"control.rate_hz": 20.0, "episode.max_steps": 100}, True)
+
+
+def test_values_that_arrived_pass_including_an_int_over_a_float():
+    override = ParamSource("-p control.rate_hz:=50", None, {"control.rate_hz": 50})
+    check_arrival([FILE_SOURCE, override], "/plugrl_bridge", {"control.rate_hz": 50, "episode.max_steps": 100})
+    check_arrival([FILE_SOURCE], "/plugrl_bridge", {"control.rate_hz": 20.0, "episode.max_steps": 100})
+
+
+@pytest.mark.parametrize(
+    ("override", "received", "key", "says"),
+    [
+        ({"control.rate_hz": "abc"}, {"control.rate_hz": 20.0}, "control.rate_hz", "ROS 2 kept 20.0"),
+        ({"episode.max_steps": 100.5}, {"episode.max_steps": 100}, "episode.max_steps", "decimal point"),
+        ({"control.rate_hz": [1.0, 2.0]}, {"control.rate_hz": 20.0}, "control.rate_hz", "give one type"),
+    ],
+)
+def test_a_value_ros_2_dropped_for_its_type_is_named(override, received, key, says):
+    sources = [FILE_SOURCE, ParamSource("-p", None, override)]
+    with pytest.raises(ConfigError, match=re.escape(says)) as error:
+        check_arrival(sources, "/plugrl_bridge", {"control.rate_hz": 20.0, "episode.max_steps": 100, **received})
+    assert error.value.key == key
+
+
+def test_lists_compare_whatever_sequence_rclpy_hands_back():
+    sources = [
+        ParamSource("bridge.yaml", "/**", {"a.max": 0.05}, from_file=True),
+        ParamSource("-p", None, {"a.max": [0.1, 0.2]}),
+    ]
+    check_arrival(sources, "/plugrl_bridge", {"a.max": array.array("d", [0.1, 0.2])})
+    with pytest.raises(ConfigError, match=r"ROS 2 kept 0\.05"):
+        check_arrival(sources, "/plugrl_bridge", {"a.max": 0.05})
+
+
+def test_sections_for_other_nodes_are_not_compared_but_a_file_for_no_node_at_all_is_refused():
+    other = ParamSource("other.yaml", "/other_node", {"control.rate_hz": "abc"}, from_file=True)
+    check_arrival([FILE_SOURCE, other], "/plugrl_bridge", {"control.rate_hz": 20.0, "episode.max_steps": 100})
+    with pytest.raises(ConfigError, match=r"no section applies to this node \(/plugrl_bridge\)"):
+        check_arrival([other], "/plugrl_bridge", {})
+    check_arrival([ParamSource("-p", "other_node", {"x": 1})], "/plugrl_bridge", {})  # -p alone: nothing to refuse
