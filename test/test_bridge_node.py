@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import signal
 import socket
 import statistics
@@ -501,6 +502,23 @@ def test_a_params_file_ros_2_would_refuse_exits_2_saying_why(tmp_path, text, ros
     assert expected.format(path=path) in output, output
 
 
+def test_what_ros_2_accepts_starts_the_bridge_with_the_values_given(tmp_path):
+    """No false alarm: another node's section holding [] and ~, numbers and booleans as ROS 2 reads
+    them (1e2, n), a namespace nesting its node section, and the node's namespace remapped."""
+    robot = tmp_path / "robot.yaml"
+    robot.write_text("camera_driver:\n  ros__parameters:\n    filters: []\n    exposure: ~\n")
+    lab = tmp_path / "lab.yaml"
+    lab.write_text("lab:\n  plugrl_bridge:\n    ros__parameters:\n      control:\n        rate_hz: 1e2\n")
+    params = bridge_params("ws://127.0.0.1:9", **merged(VALID, {"actions": {"arm": {"max_delta": 0.05}}}))
+    extra = ["-r", "__ns:=/lab", "--params-file", str(robot), "--params-file", str(lab)]
+    extra += ["-p", "actions.arm.max_delta:=1e-3", "-p", "trainer.use_reuse:=n"]
+    with bridge(tmp_path, params, *extra) as child:
+        wait_until(lambda: "env(s)" in child.output() or child.proc.poll() is not None, 30, "the bridge starting")
+        assert child.proc.poll() is None, child.output()
+        assert "mode timer at 100 Hz" in child.output(), "the nested section's 1e2 did not arrive"
+        assert child.stop() == 0
+
+
 # -- b. the observation path -------------------------------------------------------------
 
 POSITIONS = {"j1": 1.5, "j2": 2.5, "j3": 3.5, "extra": 99.0}
@@ -911,7 +929,7 @@ def test_a_dead_man_pause_topic_runs_the_robot_only_while_it_keeps_saying_false(
 
     ones = lambda envs, steps, obs: np.ones((25, len(envs), 1), dtype="<f4")  # noqa: E731
     with ScriptedTrainer({"action_horizon": 25, "action_dim": 1}, ones) as trainer:
-        with bridge(tmp_path, bridge_params(trainer.uri, **params)):
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
             t_start = time.monotonic()
             wait_until(lambda: len(cmd.msgs(t_start)) >= 50, 20, "idle commands before the switch is held")
             assert moving(0.0) == 0 and not trainer.messages("infer"), "the robot ran before the switch said run"
@@ -930,6 +948,20 @@ def test_a_dead_man_pause_topic_runs_the_robot_only_while_it_keeps_saying_false(
             switch.on = True
             t_again = time.monotonic()
             wait_until(lambda: moving(t_again) >= 3, 10, "the actuator moving again once the switch is held")
+
+            # The bridge stalls while the switch is held; the operator lets go meanwhile. The "run"
+            # messages queued during the stall are old when it resumes: they must not move the robot.
+            os.kill(child.proc.pid, signal.SIGSTOP)
+            try:
+                time.sleep(0.2)
+                switch.on = False
+                time.sleep(1.0)
+            finally:
+                os.kill(child.proc.pid, signal.SIGCONT)
+            t_resumed = time.monotonic()
+            wait_until(lambda: len(cmd.msgs(t_resumed + 0.05)) >= 20, 10, "commands after the stall")
+            # (a command published just before the stall may still arrive in the first moment)
+            assert moving(t_resumed + 0.05) == 0, "old 'run' messages moved the robot after a stall"
     assert truncated["data"]["truncated"].tolist() == [True], "the running episode was not truncated"
 
 

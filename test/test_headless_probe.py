@@ -269,10 +269,16 @@ def test_the_command_exits_0_after_stop_and_by_itself_after_steps():
     assert code == 1
 
 
-def test_the_command_refuses_an_api_key_variable_that_is_not_set():
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (["--api-key-env", "PLUGRL_TEST_UNSET_KEY"], "--api-key-env: the environment variable PLUGRL_TEST_UNSET_KEY"),
+        (["--ca-file", "/nonexistent/plugrl-ca.pem"], "--ca-file /nonexistent/plugrl-ca.pem: cannot load it as a CA"),
+    ],
+)
+def test_the_command_refuses_what_it_could_never_connect_with(option, says):
     env = {k: v for k, v in ros_env().items() if k != "PLUGRL_TEST_UNSET_KEY"}
-    command = [sys.executable, "-m", "plugrl_ros.tools.probe", "--headless", "--server", "ws://127.0.0.1:9"]
-    command += ["--api-key-env", "PLUGRL_TEST_UNSET_KEY"]
+    command = [sys.executable, "-m", "plugrl_ros.tools.probe", "--headless", "--server", "wss://127.0.0.1:9", *option]
     done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert "--api-key-env: the environment variable PLUGRL_TEST_UNSET_KEY is not set" in done.stderr
+    assert says in done.stderr

@@ -37,11 +37,21 @@ from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
 from plugrl_ros.ros.config import BridgeConfig, check_environment, load_config
 from plugrl_ros.ros.diagnostics import ERROR, OK, WARN, Entry, percentile_ms, status_array
 from plugrl_ros.ros.env_io import EnvIO, ShapeGuard
-from plugrl_ros.ros.param_sources import ParamSource, check_arrival, read_param_sources
+from plugrl_ros.ros.param_sources import (
+    ParamSource,
+    check_arrival,
+    check_for_node,
+    has_empty_list,
+    read_param_sources,
+)
 from plugrl_ros.ros.params import ConfigError
 from plugrl_ros.ros.qos import qos_profile
 from plugrl_ros.ros.trainer_link import Finished, LinkEvent, TrainerLink
 
+NODE_NAME = "plugrl_bridge"
+# A dead-man switch resumes on a second "run" at least this long after the first
+# (a backlog delivered at once is closer together than any switch publishes).
+_DEAD_MAN_RESUME_GAP_S = 0.02
 EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_CONFIG = 2
@@ -56,13 +66,14 @@ class BridgeNode(Node):
     def __init__(self, param_sources: Sequence[ParamSource] = (), **kwargs: Any) -> None:
         """``param_sources``: what the command line gives (:func:`read_param_sources`), to check it all arrived."""
         super().__init__(
-            "plugrl_bridge",
+            NODE_NAME,
             automatically_declare_parameters_from_overrides=True,
             allow_undeclared_parameters=True,
             **kwargs,
         )
         names = self.list_parameters([], 0).names
         received = {p.name: p.value for p in self.get_parameters(names)}
+        check_for_node(param_sources, self.get_fully_qualified_name())
         check_arrival(param_sources, self.get_fully_qualified_name(), received)
         self.config: BridgeConfig = load_config(received)
         check_environment(self.config, os.environ)
@@ -104,15 +115,18 @@ class BridgeNode(Node):
         self.transient_faults: deque[float] = deque()  # times of survived rclpy faults (see spin_resiliently)
         self._last_close = ""
         self._reconnects = 0
-        # A dead-man switch (pause.max_age_s > 0) holds the robots until its first "run" (false).
+        # A dead-man switch (pause.max_age_s > 0) holds the robots until it says "run" (false).
         self._dead_man = config.pause.max_age_s > 0
         self._paused_by_topic = self._dead_man
-        self._run_heard_s = -math.inf  # when the pause topic last said false
+        self._run_heard_s = -math.inf  # when the switch last said "run" while the robots ran
+        self._resume_heard_s: float | None = None  # the first "run" since the switch paused them
+        self._resume_gap_s = min(_DEAD_MAN_RESUME_GAP_S, config.pause.max_age_s / 2)
         self._paused_by_service = config.pause.start_paused
         if config.pause.topic:
-            self.create_subscription(
-                Bool, config.pause.topic, self._on_pause_topic, qos_profile("reliable", 10), callback_group=self._group
-            )
+            # A latching pause must not lose a message; a dead-man switch wants only its latest
+            # (a backlog of old "run" messages must not count as fresh), from any publisher.
+            qos = qos_profile("sensor_data", 1) if self._dead_man else qos_profile("reliable", 10)
+            self.create_subscription(Bool, config.pause.topic, self._on_pause_topic, qos, callback_group=self._group)
         self.create_service(SetBool, "~/set_paused", self._on_set_paused, callback_group=self._group)
         self.rollout.set_paused(self.paused)
 
@@ -256,6 +270,7 @@ class BridgeNode(Node):
         """A message arrived for ``env``. In lockstep it may complete the env's step."""
         if not self._lockstep:
             return
+        self._check_dead_man()
         io = self.envs[env]
         if self.rollout.step_in_flight(env):
             if not io.step_complete():
@@ -343,11 +358,32 @@ class BridgeNode(Node):
     # -- pause ---------------------------------------------------------------
 
     def _on_pause_topic(self, msg: Bool) -> None:
-        if not msg.data:
-            self._run_heard_s = time.monotonic()
-        if msg.data != self._paused_by_topic:
+        if self._dead_man:
+            self._on_dead_man(pause=msg.data)
+        elif msg.data != self._paused_by_topic:
             self._paused_by_topic = msg.data
             self._apply_pause(f"pause topic {self.config.pause.topic}")
+
+    def _on_dead_man(self, pause: bool) -> None:
+        """The dead-man switch spoke. Resuming takes two "run"s a moment apart: messages that
+        queued up while this process or the link stalled arrive all at once, and are old."""
+        now = time.monotonic()
+        self._check_dead_man()  # a message handled after the deadline does not extend it
+        if pause:
+            self._resume_heard_s = None
+            if not self._paused_by_topic:
+                self._paused_by_topic = True
+                self._apply_pause(f"pause topic {self.config.pause.topic}")
+        elif not self._paused_by_topic:
+            self._run_heard_s = now
+        elif self._resume_heard_s is None or not (
+            self._resume_gap_s <= now - self._resume_heard_s <= self.config.pause.max_age_s
+        ):
+            self._resume_heard_s = now  # the first of the two
+        else:
+            self._run_heard_s, self._resume_heard_s = now, None
+            self._paused_by_topic = False
+            self._apply_pause(f"pause topic {self.config.pause.topic} (dead-man switch held)")
 
     def _check_dead_man(self) -> None:
         """A dead-man switch that has not said "run" within ``pause.max_age_s`` pauses the robots."""
@@ -355,6 +391,7 @@ class BridgeNode(Node):
             return
         if time.monotonic() - self._run_heard_s > self.config.pause.max_age_s:
             self._paused_by_topic = True
+            self._resume_heard_s = None
             self._apply_pause(f"pause topic {self.config.pause.topic} going silent (dead-man switch)")
 
     def _on_set_paused(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
@@ -417,7 +454,7 @@ class BridgeNode(Node):
         now_ns = self._now_ns()
         rollout = self.rollout
         client = self.link.client
-        prefix = self.get_fully_qualified_name().lstrip("/") or "plugrl_bridge"
+        prefix = self.get_fully_qualified_name().lstrip("/") or NODE_NAME
         trainer = Entry(f"{prefix}: trainer")
         trainer.values = {
             "uri": self.config.trainer.uri,
@@ -572,6 +609,13 @@ def main(args: list[str] | None = None) -> int:
     node: BridgeNode | None = None
     code = EXIT_OK
     try:
+        if has_empty_list(sources):
+            # ROS 2 fails creating a node given [] with a traceback naming nothing; which
+            # sections apply depends on the node's name after remapping: ask a bare node.
+            bare = rclpy.create_node(NODE_NAME)
+            name = bare.get_fully_qualified_name()
+            bare.destroy_node()
+            check_for_node(sources, name)
         node = BridgeNode(param_sources=sources)
         executor = SingleThreadedExecutor()
         executor.add_node(node)

@@ -1,19 +1,30 @@
 """The params files and ``-p`` overrides on the command line, read before ROS 2 reads them.
 
 ROS 2 stops at a mistake in a params file with a traceback that names a line
-number at best (an empty list, a list mixing 1 and 1.5, a key with no value),
+number at best (a list mixing 1 and 1.5, a key with no value, an empty list),
 and it silently keeps the first value of a key given twice with different
 types (``rate_hz: 20.0`` in the file, ``-p control.rate_hz:=abc``). Reading
-the same sources first lets the bridge name the key instead; the node then
-checks that every value it was given arrived (:func:`check_arrival`).
+the same sources first lets the bridge name the key instead:
 
-Pure Python: no rclpy here, so it runs before ``rclpy.init``.
+* :func:`read_param_sources`, before ``rclpy.init``: what ROS 2 refuses in
+  any section;
+* :func:`check_for_node`, once the node's name is known: what it refuses only
+  in the node's own sections (an empty list), and files with no section for it;
+* :func:`check_arrival`, once the node has its parameters: values dropped.
+
+Scalars are read as ROS 2 reads them (``1e3`` is a number, ``y`` and ``on``
+are true, ``null`` is text), not as YAML 1.1 would.
+
+Pure Python: no rclpy here.
 """
 
 from __future__ import annotations
 
 import array
+import difflib
+import math
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,8 +64,8 @@ def read_param_sources(argv: Sequence[str]) -> list[ParamSource]:
 
     Raises :class:`ConfigError` naming the key (or the file) for what ROS 2
     would refuse without saying where: an unreadable file, broken YAML, a
-    section without ``ros__parameters``, a key with no value, an empty list,
-    or a list mixing types.
+    section without ``ros__parameters``, a key with no value, or a list of
+    mixed types or of lists.
     """
     sources: list[ParamSource] = []
     for flag, value in _ros_arguments(argv):
@@ -65,12 +76,17 @@ def read_param_sources(argv: Sequence[str]) -> list[ParamSource]:
     return sources
 
 
-def check_arrival(sources: Sequence[ParamSource], node_fqn: str, received: Mapping[str, Any]) -> None:
-    """Raise :class:`ConfigError` when the node did not get what its sources give it.
+def has_empty_list(sources: Sequence[ParamSource]) -> bool:
+    """Whether any source gives ``[]`` (which only the node it applies to refuses)."""
+    return any(value == [] for source in sources for value in source.values.values())
 
-    Two cases: params files were given but none of their sections applies to
-    this node (a section named ``bridge:``), and a key given with different
-    types whose last value ROS 2 dropped.
+
+def check_for_node(sources: Sequence[ParamSource], node_fqn: str) -> None:
+    """Raise :class:`ConfigError` for what only this node would trip over, before it is created.
+
+    Params files none of whose sections applies to it (a section named
+    ``bridge:``), and an empty list in a section that does (ROS 2 cannot type
+    it and fails declaring it, naming nothing).
     """
     files = [s for s in sources if s.from_file]
     if files and not any(s.applies_to(node_fqn) for s in files):
@@ -80,6 +96,21 @@ def check_arrival(sources: Sequence[ParamSource], node_fqn: str, received: Mappi
             sorted({s.origin for s in files}),
             f"no section applies to this node ({node_fqn}); the file has {sections}: {NODE_SECTION_HINT}",
         )
+    for source in sources:
+        if not source.applies_to(node_fqn):
+            continue
+        for key, value in source.values.items():
+            if value == []:
+                allowed = (
+                    'the list must not be empty (one robot without a namespace: [""])'
+                    if key == "envs"
+                    else "ROS 2 parameters cannot be empty lists: leave the key out for its default"
+                )
+                raise ConfigError(key, value, allowed)
+
+
+def check_arrival(sources: Sequence[ParamSource], node_fqn: str, received: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` for a key given with different types whose last value ROS 2 dropped."""
     given: dict[str, list[tuple[str, Any]]] = {}
     for source in sources:
         if source.applies_to(node_fqn):
@@ -141,7 +172,7 @@ def _ros_arguments(argv: Sequence[str]) -> list[tuple[str, str]]:
 def _file_sources(path: str) -> list[ParamSource]:
     try:
         with open(path, encoding="utf-8") as stream:
-            document = yaml.safe_load(stream)
+            document = yaml.load(stream, Loader=_RosLoader)  # safe: a SafeLoader typing scalars as ROS 2 does
     except OSError as exc:
         raise ConfigError(PARAMS_FILE, path, f"cannot read it: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
@@ -150,17 +181,29 @@ def _file_sources(path: str) -> list[ParamSource]:
         return []
     if not isinstance(document, dict):
         raise ConfigError(PARAMS_FILE, path, f"expected node sections ({NODE_SECTION_HINT}) at the top")
-    sources = []
-    for node, section in document.items():
-        parameters = section.get(PARAMETERS_KEY) if isinstance(section, dict) else None
-        if not isinstance(parameters, dict):
-            found = sorted(map(str, section)) if isinstance(section, dict) else section
-            allowed = f"in {path}, a node section must hold '{PARAMETERS_KEY}:' with the parameters under it"
-            raise ConfigError(f"{node}", found, allowed)
-        values: dict[str, Any] = {}
-        _flatten(parameters, "", values)
-        sources.append(ParamSource(path, str(node), values, from_file=True))
+    sources: list[ParamSource] = []
+    _node_sections(path, document, "", sources)
     return sources
+
+
+def _node_sections(path: str, tree: Mapping[Any, Any], prefix: str, out: list[ParamSource]) -> None:
+    """The node sections of a params file; a namespace may nest its nodes (``lab: {bridge: {...}}``)."""
+    for name, section in tree.items():
+        node = f"{prefix}/{name}" if prefix else str(name)
+        parameters = section.get(PARAMETERS_KEY) if isinstance(section, dict) else None
+        if isinstance(parameters, dict):
+            values: dict[str, Any] = {}
+            _flatten(parameters, "", values)
+            out.append(ParamSource(path, node, values, from_file=True))
+            continue
+        allowed = f"in {path}, a node section must hold '{PARAMETERS_KEY}:' with the parameters under it"
+        if not isinstance(section, dict) or not section:
+            raise ConfigError(node, section, allowed)
+        misspelt = difflib.get_close_matches(PARAMETERS_KEY, map(str, section), n=1)
+        if misspelt or not all(isinstance(v, dict) for v in section.values()):
+            hint = f"; did you mean '{PARAMETERS_KEY}' for '{misspelt[0]}'?" if misspelt else ""
+            raise ConfigError(node, sorted(map(str, section)), allowed + hint)
+        _node_sections(path, section, node, out)  # a namespace holding node sections
 
 
 def _override_source(flag: str, rule: str) -> ParamSource:
@@ -169,7 +212,7 @@ def _override_source(flag: str, rule: str) -> ParamSource:
         raise ConfigError(flag, rule, "expected name:=value")
     node, _, key = name.rpartition(":")
     try:
-        value = yaml.safe_load(text)
+        value = yaml.load(text, Loader=_RosLoader)  # safe: a SafeLoader typing scalars as ROS 2 does
     except yaml.YAMLError as exc:
         raise ConfigError(key, text, f"the value of {flag} is not valid YAML: {_one_line(exc)}") from None
     values: dict[str, Any] = {}
@@ -192,24 +235,21 @@ def _flatten(tree: Mapping[Any, Any], prefix: str, out: dict[str, Any]) -> None:
 
 
 def _check_value(key: str, value: Any) -> None:
-    """What a ROS 2 parameter can hold: a scalar, or a non-empty list of scalars of one type."""
+    """What ROS 2 reads in any section: a scalar, or a list of scalars of one type."""
     if value is None:
         raise ConfigError(key, value, 'the key has no value: give one ("" for an empty string) or leave the key out')
-    if not isinstance(value, list):
-        return
-    if not value:
-        allowed = (
-            'the list must not be empty (one robot without a namespace: [""])'
-            if key == "envs"
-            else "ROS 2 parameters cannot be empty lists: leave the key out for its default"
-        )
-        raise ConfigError(key, value, allowed)
+    if not isinstance(value, list) or not value:
+        return  # an empty list is refused only by the node it is for (check_for_node)
     if any(v is None or isinstance(v, (list, dict)) for v in value):
         raise ConfigError(key, value, "a list may hold only numbers, strings or true/false")
     kinds = {_kind(v) for v in value}
     if kinds == {"int", "float"}:
         raise ConfigError(
             key, value, "ROS 2 needs one type per list: write every number with a decimal point, e.g. [-3.0, 3.1]"
+        )
+    if kinds == {"bool", "string"}:
+        raise ConfigError(
+            key, value, "ROS 2 needs one type per list and reads y, n, yes, no, on, off as true/false: quote them"
         )
     if len(kinds) > 1:
         raise ConfigError(key, value, f"ROS 2 needs one type per list; this one mixes {', '.join(sorted(kinds))}")
@@ -246,3 +286,66 @@ def _same(received: Any, given: Any) -> bool:
 
 def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
+
+
+# -- scalars as ROS 2 reads them ----------------------------------------------------------
+
+_TRUE = frozenset({"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"})
+_FALSE = frozenset({"n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"})
+_C_INTEGER = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+_C_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_C_HEX_FLOAT = re.compile(r"[+-]?0[xX]([0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+")
+_C_SPECIAL = re.compile(r"[+-]?(inf|infinity|nan)", re.IGNORECASE)
+_YAML_SPECIAL = {".inf": math.inf, ".Inf": math.inf, ".INF": math.inf, ".nan": math.nan, ".NaN": math.nan}
+_YAML_SPECIAL |= {".NAN": math.nan, "-.inf": -math.inf, "-.Inf": -math.inf, "-.INF": -math.inf}
+_YAML_SPECIAL |= {"+.inf": math.inf, "+.Inf": math.inf, "+.INF": math.inf}
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def ros_scalar(text: str) -> Any:
+    """An unquoted scalar as ROS 2's params parser types it: bool, int64, double, or else text.
+
+    ``""`` (a key with no value) gives ``None``: ROS 2 refuses it.
+    """
+    if text == "":
+        return None
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    if _C_INTEGER.fullmatch(text):
+        digits = text.lstrip("+-")
+        base = 16 if digits[:2] in ("0x", "0X") else 8 if digits.startswith("0") and len(digits) > 1 else 10
+        number = int(text, base)
+        if _INT64[0] <= number <= _INT64[1]:
+            return number
+        return float(number)  # out of int64: ROS 2 reads it as a double
+    if text in _YAML_SPECIAL:
+        return _YAML_SPECIAL[text]
+    if _C_SPECIAL.fullmatch(text):
+        return float(text)
+    if _C_HEX_FLOAT.fullmatch(text):
+        number = float.fromhex(text)
+        return text if math.isinf(number) else number
+    if _C_DECIMAL.fullmatch(text):
+        number = float(text)
+        # Out of a double's normal range (strtod's ERANGE): ROS 2 keeps the text.
+        inexact_tiny = abs(number) < sys.float_info.min and re.search(r"[1-9]", re.split(r"[eE]", text)[0])
+        return text if math.isinf(number) or inexact_tiny else number
+    return text
+
+
+class _RosLoader(yaml.SafeLoader):
+    """A safe YAML loader whose scalars are typed by :func:`ros_scalar` and whose keys stay text."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        mapping = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else self.construct_object(key_node, deep)
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+    def construct_ros_scalar(self, node: yaml.ScalarNode) -> Any:
+        return node.value if node.style else ros_scalar(node.value)  # quoted: always text
+
+
+_RosLoader.yaml_implicit_resolvers = {}  # every scalar is text to YAML; ros_scalar types it
+_RosLoader.add_constructor("tag:yaml.org,2002:str", _RosLoader.construct_ros_scalar)

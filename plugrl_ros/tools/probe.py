@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import ssl
 import sys
 
 from plugrl_ros.protocol.client import ClientSettings
@@ -51,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.api_key_env and not os.environ.get(args.api_key_env):
         print(f"plugrl-probe: --api-key-env: the environment variable {args.api_key_env} is not set", file=sys.stderr)
         return 2
+    if args.ca_file:
+        try:
+            ssl.create_default_context(cafile=args.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            print(f"plugrl-probe: --ca-file {args.ca_file}: cannot load it as a CA bundle: {exc}", file=sys.stderr)
+            return 2
     client = ClientSettings(
         uri=args.server,
         api_key_env=args.api_key_env,
