@@ -564,7 +564,9 @@ def test_a_chunk_cut_by_a_silent_sensor_is_fed_back_with_the_fresh_observation_a
     diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
     with ScriptedTrainer({"action_horizon": horizon, "action_dim": 1}, per_env_chunk(horizon)) as trainer:
         with bridge(tmp_path, bridge_params(trainer.uri, **params)):
-            # silence robot2's sensor early in one of its chunks
+            # Both robots running (an env that missed the first infer could only join once robot2's
+            # chunk ends, which a silent sensor delays), then silence robot2's sensor early in a chunk.
+            wait_until(lambda: len(chunk_steps(cmd1, 0, math.inf)) >= horizon, 30, "robot1 running its chunks")
             wait_until(lambda: chunk_steps(cmd2, 0, math.inf)[-1:] == [202.0], 30, "robot2 at step 2 of a chunk")
             sensor2.on = False
             t_silent = time.monotonic()
@@ -649,6 +651,9 @@ def test_without_a_reward_age_limit_a_silent_reward_topic_lets_the_env_step_on_e
                 return len(feedbacks_within(trainer.timed_records(), env, since)) >= n
 
             wait_until(lambda: chunks_after(1, 0, 2), 30, "env 1's first chunks")
+            # (a reward published before DDS matched the bridge's subscription is lost: judge from here)
+            t_matched = time.monotonic()
+            wait_until(lambda: chunks_after(1, t_matched, 2), 10, "env 1's chunks with rewards flowing")
             t_off = time.monotonic()
             reward2(False)
             wait_until(lambda: chunks_after(1, t_off + LATE_S, 4), 10, "env 1's chunks while its reward is silent")
@@ -656,7 +661,7 @@ def test_without_a_reward_age_limit_a_silent_reward_topic_lets_the_env_step_on_e
             reward2(True)
             wait_until(lambda: chunks_after(1, t_on + LATE_S, 2), 10, "env 1's chunks after its reward returned")
             records = trainer.timed_records()
-    before = feedbacks_within(records, 1, 0, t_off)
+    before = feedbacks_within(records, 1, t_matched, t_off)
     silent = feedbacks_within(records, 1, t_off + LATE_S, t_on)
     after = feedbacks_within(records, 1, t_on + LATE_S)
     assert before and all(reward_of(m, 1) > 0 for _, m in before)
@@ -664,7 +669,7 @@ def test_without_a_reward_age_limit_a_silent_reward_topic_lets_the_env_step_on_e
     assert len(chunk_steps(cmd2, t_off, t_on)) >= 4 * horizon, "env 1 stopped stepping"
     assert after and all(reward_of(m, 1) > 0 for _, m in after)
     # env 0 earned its reward all along
-    assert all(reward_of(m, 0) > 0 for _, m in feedbacks_within(records, 0, 0))
+    assert all(reward_of(m, 0) > 0 for _, m in feedbacks_within(records, 0, t_matched))
     assert len(chunk_steps(cmd1, t_off, t_on)) >= 4 * horizon
 
 
@@ -684,6 +689,7 @@ def test_with_a_reward_age_limit_a_silent_reward_topic_idles_that_env_alone_unti
     diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
     with ScriptedTrainer({"action_horizon": horizon, "action_dim": 1}, per_env_chunk(horizon)) as trainer:
         with bridge(tmp_path, bridge_params(trainer.uri, **params)):
+            wait_until(lambda: len(chunk_steps(cmd1, 0, math.inf)) >= 2 * horizon, 30, "env 0 stepping")
             wait_until(lambda: len(chunk_steps(cmd2, 0, math.inf)) >= 2 * horizon, 30, "env 1 stepping")
             t_off = time.monotonic()
             reward2(False)
