@@ -34,6 +34,7 @@ from std_srvs.srv import SetBool
 
 from plugrl_ros.protocol.client import CloseKind, Connected, ConnectFailed, Disconnected, FrameReceived, Notice
 from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
+from plugrl_ros.ros import stop_request
 from plugrl_ros.ros.config import BridgeConfig, check_environment, load_config
 from plugrl_ros.ros.diagnostics import ERROR, OK, WARN, Entry, percentile_ms, status_array
 from plugrl_ros.ros.env_io import EnvIO, ShapeGuard
@@ -559,7 +560,14 @@ def spin_resiliently(executor: SingleThreadedExecutor, node: BridgeNode) -> None
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
+    stop_request.request()
     raise KeyboardInterrupt
+
+
+def _check_stop_request() -> None:
+    """Raise the KeyboardInterrupt of a signal whose own exception was lost (see stop_request)."""
+    if stop_request.requested():
+        raise KeyboardInterrupt
 
 
 # glibc's mallopt parameters
@@ -609,6 +617,7 @@ def main(args: list[str] | None = None) -> int:
     node: BridgeNode | None = None
     code = EXIT_OK
     try:
+        _check_stop_request()
         if has_empty_list(sources):
             # ROS 2 fails creating a node given [] with a traceback naming nothing; which
             # sections apply depends on the node's name after remapping: ask a bare node.
@@ -620,6 +629,7 @@ def main(args: list[str] | None = None) -> int:
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         while not node.finished:
+            _check_stop_request()
             spin_resiliently(executor, node)
         code = node.exit_code
     except ConfigError as exc:
