@@ -15,7 +15,6 @@ every source of the env has produced a message newer than the last action.
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 import signal
 import sys
@@ -36,6 +35,7 @@ from plugrl_ros.protocol.client import CloseKind, Connected, ConnectFailed, Disc
 from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
 from plugrl_ros.ros import stop_request
 from plugrl_ros.ros.config import BridgeConfig, check_environment, load_config
+from plugrl_ros.ros.dead_man import DeadManSwitch
 from plugrl_ros.ros.diagnostics import ERROR, OK, WARN, Entry, percentile_ms, status_array
 from plugrl_ros.ros.env_io import EnvIO, ShapeGuard
 from plugrl_ros.ros.param_sources import (
@@ -50,9 +50,6 @@ from plugrl_ros.ros.qos import qos_profile
 from plugrl_ros.ros.trainer_link import Finished, LinkEvent, TrainerLink
 
 NODE_NAME = "plugrl_bridge"
-# A dead-man switch resumes on a second "run" at least this long after the first
-# (a backlog delivered at once is closer together than any switch publishes).
-_DEAD_MAN_RESUME_GAP_S = 0.02
 EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_CONFIG = 2
@@ -116,17 +113,13 @@ class BridgeNode(Node):
         self.transient_faults: deque[float] = deque()  # times of survived rclpy faults (see spin_resiliently)
         self._last_close = ""
         self._reconnects = 0
-        # A dead-man switch (pause.max_age_s > 0) holds the robots until it says "run" (false).
-        self._dead_man = config.pause.max_age_s > 0
-        self._paused_by_topic = self._dead_man
-        self._run_heard_s = -math.inf  # when the switch last said "run" while the robots ran
-        self._resume_heard_s: float | None = None  # the first "run" since the switch paused them
-        self._resume_gap_s = min(_DEAD_MAN_RESUME_GAP_S, config.pause.max_age_s / 2)
+        self._dead_man = DeadManSwitch(config.pause.max_age_s, time.monotonic) if config.pause.max_age_s > 0 else None
+        self._paused_by_topic = self._dead_man is not None  # held until the switch first says run
         self._paused_by_service = config.pause.start_paused
         if config.pause.topic:
             # A latching pause must not lose a message; a dead-man switch wants only its latest
             # (a backlog of old "run" messages must not count as fresh), from any publisher.
-            qos = qos_profile("sensor_data", 1) if self._dead_man else qos_profile("reliable", 10)
+            qos = qos_profile("reliable", 10) if self._dead_man is None else qos_profile("sensor_data", 1)
             self.create_subscription(Bool, config.pause.topic, self._on_pause_topic, qos, callback_group=self._group)
         self.create_service(SetBool, "~/set_paused", self._on_set_paused, callback_group=self._group)
         self.rollout.set_paused(self.paused)
@@ -172,7 +165,7 @@ class BridgeNode(Node):
             + (
                 f"; dead-man switch on {c.pause.topic}: running only while it says false every "
                 f"{c.pause.max_age_s:g} s or more often"
-                if self._dead_man
+                if self._dead_man is not None
                 else ""
             )
         )
@@ -359,41 +352,21 @@ class BridgeNode(Node):
     # -- pause ---------------------------------------------------------------
 
     def _on_pause_topic(self, msg: Bool) -> None:
-        if self._dead_man:
-            self._on_dead_man(pause=msg.data)
+        if self._dead_man is not None:
+            self._dead_man_changed(self._dead_man.heard(pause=msg.data))
         elif msg.data != self._paused_by_topic:
             self._paused_by_topic = msg.data
             self._apply_pause(f"pause topic {self.config.pause.topic}")
 
-    def _on_dead_man(self, pause: bool) -> None:
-        """The dead-man switch spoke. Resuming takes two "run"s a moment apart: messages that
-        queued up while this process or the link stalled arrive all at once, and are old."""
-        now = time.monotonic()
-        self._check_dead_man()  # a message handled after the deadline does not extend it
-        if pause:
-            self._resume_heard_s = None
-            if not self._paused_by_topic:
-                self._paused_by_topic = True
-                self._apply_pause(f"pause topic {self.config.pause.topic}")
-        elif not self._paused_by_topic:
-            self._run_heard_s = now
-        elif self._resume_heard_s is None or not (
-            self._resume_gap_s <= now - self._resume_heard_s <= self.config.pause.max_age_s
-        ):
-            self._resume_heard_s = now  # the first of the two
-        else:
-            self._run_heard_s, self._resume_heard_s = now, None
-            self._paused_by_topic = False
-            self._apply_pause(f"pause topic {self.config.pause.topic} (dead-man switch held)")
-
     def _check_dead_man(self) -> None:
-        """A dead-man switch that has not said "run" within ``pause.max_age_s`` pauses the robots."""
-        if not self._dead_man or self._paused_by_topic:
-            return
-        if time.monotonic() - self._run_heard_s > self.config.pause.max_age_s:
-            self._paused_by_topic = True
-            self._resume_heard_s = None
-            self._apply_pause(f"pause topic {self.config.pause.topic} going silent (dead-man switch)")
+        """A dead-man switch silent for longer than ``pause.max_age_s`` pauses the robots."""
+        if self._dead_man is not None:
+            self._dead_man_changed(self._dead_man.expired())
+
+    def _dead_man_changed(self, change: str | None) -> None:
+        if change is not None and self._dead_man is not None:
+            self._paused_by_topic = self._dead_man.holding
+            self._apply_pause(f"the dead-man switch on {self.config.pause.topic} ({change})")
 
     def _on_set_paused(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
         self._paused_by_service = request.data
