@@ -26,8 +26,8 @@ REWARD_TYPES = ("std_msgs/Float32", "std_msgs/Float64")
 RESET_MODES = ("none", "service", "signal")
 RESET_SERVICE_TYPES = ("std_srvs/Trigger", "std_srvs/Empty")
 
-# Parameters every ROS node has; they are not the bridge's to validate.
 ROOT_KEYS = ("trainer", "envs", "control", "observations", "actions", "reward", "episode", "reset", "pause", "status")
+# Parameters every ROS node has; they are not the bridge's to validate.
 _ROS_OWNED_PREFIXES = ("use_sim_time", "qos_overrides.", "start_type_description_service", "start_parameter_services")
 
 

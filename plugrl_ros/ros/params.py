@@ -150,9 +150,9 @@ class Section:
 
     def check_known(self, names: Iterable[str]) -> None:
         """Reject any key not in ``names``, before reading (so a misspelt section is named as such)."""
-        unknown = sorted(set(self._values) - set(names))
+        known = sorted(set(names))
+        unknown = sorted(set(self._values) - set(known))
         if unknown:
-            known = sorted(names)
             close = difflib.get_close_matches(unknown[0], known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(
