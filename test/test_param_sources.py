@@ -132,8 +132,8 @@ def test_values_that_arrived_pass_including_an_int_over_a_float():
     ("override", "received", "key", "says"),
     [
         ({"control.rate_hz": "abc"}, {"control.rate_hz": 20.0}, "control.rate_hz", "ROS 2 kept 20.0"),
-        ({"episode.max_steps": 100.5}, {"episode.max_steps": 100}, "episode.max_steps", "decimal point"),
-        ({"control.rate_hz": [1.0, 2.0]}, {"control.rate_hz": 20.0}, "control.rate_hz", "give one type"),
+        ({"episode.max_steps": 100.5}, {"episode.max_steps": 100}, "episode.max_steps", "give it as int, as bridge"),
+        ({"control.rate_hz": [1.0, 2.0]}, {"control.rate_hz": 20.0}, "control.rate_hz", "give it as float, as bridge"),
     ],
 )
 def test_a_value_ros_2_dropped_for_its_type_is_named(override, received, key, says):

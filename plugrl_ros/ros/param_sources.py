@@ -121,12 +121,12 @@ def check_arrival(sources: Sequence[ParamSource], node_fqn: str, received: Mappi
         last_origin, last = values[-1]
         if len(kinds) > 1 and key in received and not _same(received[key], last):
             each = "; ".join(f"{origin} gives {v!r} ({_kind(v)})" for origin, v in values)
-            fix = "write numbers with a decimal point, e.g. 50.0" if kinds == {"int", "float"} else "give one type"
+            first_origin, first = values[0]
             raise ConfigError(
                 key,
                 last,
                 f"ROS 2 kept {received[key]!r} instead of this value from {last_origin}, because the key is "
-                f"given with different types ({each}): {fix}",
+                f"given with different types ({each}): give it as {_kind(first)}, as {first_origin} does",
             )
 
 
