@@ -81,12 +81,26 @@ def environment_lines() -> list[str]:
 # -- plots -------------------------------------------------------------------------
 
 
-def plot_observation(results: dict[str, Any], path: Path) -> bool:
+def _pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files only."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(plt: Any, fig: Any, ax: Any, path: Path, legend_size: int | None) -> bool:
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_observation(results: dict[str, Any], path: Path) -> bool:
+    plt = _pyplot()
     rows = [r for r in results["rows"] if r["payload"] > 0]
     if not rows:
         return False
@@ -111,19 +125,11 @@ def plot_observation(results: dict[str, Any], path: Path) -> bool:
     ax.set_ylabel("ms per step")
     ax.set_title("Observation path: ROS messages → infer frame")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(plt, fig, ax, path, legend_size=7)
 
 
 def plot_timing(results: dict[str, Any], path: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     rows = [r for r in results["rows"] if r["intervals_ms"]]
     if not rows:
         return False
@@ -141,19 +147,11 @@ def plot_timing(results: dict[str, Any], path: Path) -> bool:
     ax.set_ylabel("fraction of intervals exceeding")
     ax.set_title("Control timing: actuator publication intervals")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(plt, fig, ax, path, legend_size=7)
 
 
 def plot_throughput(results: dict[str, Any], path: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     rows = [r for r in results["rows"] if r["reuse"]]
     kinds = [k for k in ("baseline", "headless", "bridge") if any(r["kind"] == k for r in rows)]
     counts = sorted({r["n"] for r in rows})
@@ -170,11 +168,7 @@ def plot_throughput(results: dict[str, Any], path: Path) -> bool:
     ax.set_ylabel("env steps per second")
     ax.set_title("Lockstep throughput, probe envs")
     ax.grid(True, axis="y", which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(plt, fig, ax, path, legend_size=None)
 
 
 # -- the report ------------------------------------------------------------------------

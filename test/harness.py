@@ -103,3 +103,16 @@ def stop(proc: subprocess.Popen, timeout: float = 15.0) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     return proc.wait()
+
+
+def launch_arguments(launch_file: Path) -> set[str]:
+    """The names a launch file declares with ``DeclareLaunchArgument`` (read, not run: no launch_ros here)."""
+    import ast
+
+    return {
+        node.args[0].value
+        for node in ast.walk(ast.parse(launch_file.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") == "DeclareLaunchArgument"
+        and isinstance(node.args[0], ast.Constant)
+    }

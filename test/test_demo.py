@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 import os
@@ -13,7 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from harness import ROOT, stop
+from harness import ROOT, launch_arguments, stop
 
 from plugrl_ros.demo.reacher import Reacher, ReacherSpec, fingertip
 from plugrl_ros.demo.runner import moving_average, parse_diagnostics, summarize
@@ -289,14 +288,7 @@ def test_demo_script_runs_learns_and_writes_its_results(tmp_path: Path):
 
 def test_demo_launch_file_starts_the_three_executables_with_the_demo_config():
     source = (ROOT / "launch" / "demo.launch.py").read_text()
-    tree = ast.parse(source)
-    arguments = {
-        node.args[0].value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and getattr(node.func, "id", "") == "DeclareLaunchArgument"
-        and isinstance(node.args[0], ast.Constant)
-    }
+    arguments = launch_arguments(ROOT / "launch" / "demo.launch.py")
     assert {"envs", "mode", "rate", "duration", "config"} <= arguments
     assert 'ExecutableInPackage("demo_trainer", "plugrl_ros")' in source
     assert 'executable="demo_robot"' in source and 'executable="bridge"' in source

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from harness import ROOT, process, ros_env
+from harness import ROOT, launch_arguments, process, ros_env
 
 from plugrl_ros.ros.config import load_config
 from plugrl_ros.ros.params import ConfigError
@@ -85,14 +85,7 @@ def test_every_third_party_import_is_declared_in_package_xml():
 
 def test_the_launch_file_starts_the_bridge_executable_with_the_shipped_config():
     source = (ROOT / "launch" / "bridge.launch.py").read_text()
-    tree = ast.parse(source)
-    arguments = {
-        node.args[0].value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and getattr(node.func, "id", "") == "DeclareLaunchArgument"
-        and isinstance(node.args[0], ast.Constant)
-    }
+    arguments = launch_arguments(ROOT / "launch" / "bridge.launch.py")
     assert arguments == {"config", "server_uri", "namespace", "log_level"}
     assert 'executable="bridge"' in source and '"bridge.yaml"' in source
     entry_points = (ROOT / "setup.py").read_text()
