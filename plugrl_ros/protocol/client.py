@@ -21,7 +21,7 @@ import os
 import random
 import ssl
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +72,22 @@ class ClientSettings:
     # how long a close waits for the trainer's close frame: a stalled link must not delay a shutdown
     close_timeout_s: float = 1.0
     max_frame_bytes: int | None = None  # the protocol allows frames of any size; a cap is the operator's choice
+
+    def access_problem(self, environ: Mapping[str, str]) -> tuple[str, str, str] | None:
+        """What would make every connection fail before it is tried: ``(setting, value, why)``, or None.
+
+        An API-key variable that is named but not set, a CA file that does not
+        load. The key itself is never part of the answer.
+        """
+        if self.api_key_env and not environ.get(self.api_key_env):
+            return "api_key_env", self.api_key_env, f"the environment variable {self.api_key_env} is not set or empty"
+        if self.ca_file:
+            try:
+                ssl.create_default_context(cafile=self.ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                return "ca_file", self.ca_file, f"cannot load it as a CA bundle: {reason}"
+        return None
 
 
 class Backoff:

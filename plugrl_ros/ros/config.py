@@ -9,7 +9,6 @@ is allowed. Everything after startup trusts these objects.
 from __future__ import annotations
 
 import functools
-import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -256,20 +255,14 @@ def load_config(flat: Mapping[str, Any]) -> BridgeConfig:
 
 def check_environment(config: BridgeConfig, environ: Mapping[str, str]) -> None:
     """What the configuration names outside itself, checked at startup: the API key's variable, the CA file."""
-    trainer = config.trainer
-    if trainer.api_key_env and not environ.get(trainer.api_key_env):
-        raise ConfigError(
-            "trainer.api_key_env",
-            trainer.api_key_env,
-            f"the environment variable {trainer.api_key_env} is not set or empty: export the key in it before "
-            'starting the bridge, or set api_key_env to "" for a trainer that needs no key',
-        )
-    if trainer.ca_file:
-        try:
-            ssl.create_default_context(cafile=trainer.ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise ConfigError("trainer.ca_file", trainer.ca_file, f"cannot load it as a CA bundle: {reason}") from None
+    problem = config.trainer.access_problem(environ)
+    if problem is None:
+        return
+    setting, value, why = problem
+    if setting == "api_key_env":
+        why += ": export the key in it before starting the bridge, "
+        why += 'or set api_key_env to "" for a trainer that needs no key'
+    raise ConfigError(f"trainer.{setting}", value, why)
 
 
 def _frame_cap(section: Section) -> int | None:

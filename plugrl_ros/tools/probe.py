@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import ssl
 import sys
 
 from plugrl_ros.protocol.client import ClientSettings
@@ -49,21 +48,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.envs < 1:
         print("plugrl-probe: --envs must be at least 1", file=sys.stderr)
         return 2
-    if args.api_key_env and not os.environ.get(args.api_key_env):
-        print(f"plugrl-probe: --api-key-env: the environment variable {args.api_key_env} is not set", file=sys.stderr)
-        return 2
-    if args.ca_file:
-        try:
-            ssl.create_default_context(cafile=args.ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            print(f"plugrl-probe: --ca-file {args.ca_file}: cannot load it as a CA bundle: {exc}", file=sys.stderr)
-            return 2
     client = ClientSettings(
         uri=args.server,
         api_key_env=args.api_key_env,
         ca_file=args.ca_file,
         wait_for_next_run=args.wait_for_next_run,
     )
+    problem = client.access_problem(os.environ)
+    if problem is not None:
+        setting, value, why = problem
+        shown = f" {value}" if setting == "ca_file" else ""  # the API-key variable is named in ``why``
+        print(f"plugrl-probe: --{setting.replace('_', '-')}{shown}: {why}", file=sys.stderr)
+        return 2
     if args.headless:
         return run_headless(
             HeadlessSettings(
