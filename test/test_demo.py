@@ -13,21 +13,19 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from harness import ROOT, launch_arguments, stop
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from plugrl_ros.demo.reacher import Reacher, ReacherSpec, fingertip
-from plugrl_ros.demo.runner import moving_average, parse_diagnostics, summarize
-from plugrl_ros.demo.trainer import (
-    DemoTrainerSettings,
-    EpisodeRecord,
-    PolicyGradient,
-    Session,
-    TrainerThread,
-)
-from plugrl_ros.protocol.client import ClientSettings
-from plugrl_ros.protocol.codec import unpackb
+from plugrl_ros.demo.results import EpisodeRecord, moving_average, summarize
+from plugrl_ros.demo.runner import parse_diagnostics
+from plugrl_ros.demo.trainer import DemoTrainer, DemoTrainerSettings, PolicyGradient, Session
+from plugrl_ros.protocol.client import RESYNC_REASON, ClientSettings
+from plugrl_ros.protocol.codec import packb, unpackb
 from plugrl_ros.protocol.errors import ProtocolError
 from plugrl_ros.protocol.messages import ObservationRow, build_feedback, build_infer, episode_info
 from plugrl_ros.tools.headless_probe import HeadlessProbe, HeadlessSettings
+from plugrl_ros.tools.serving import TrainerThread
 
 SPEC = ReacherSpec()
 
@@ -117,8 +115,19 @@ def observation(states: list[np.ndarray]) -> dict:
     return {"images": {"camera": images}, "states": {"joints": joints, "target": target}, "text": [""] * len(states)}
 
 
-def session(horizon: int = 5) -> Session:
-    return Session(PolicyGradient(DemoTrainerSettings(horizon=horizon, seed=1)), horizon)
+class Opened:
+    """A session whose metadata went out; takes messages as maps, packs them as the client would."""
+
+    def __init__(self, horizon: int) -> None:
+        self.session = Session(PolicyGradient(DemoTrainerSettings(horizon=horizon, seed=1)), horizon)
+        self.session.metadata()
+
+    def receive(self, message: dict):
+        return self.session.receive(packb(message))
+
+
+def session(horizon: int = 5) -> Opened:
+    return Opened(horizon)
 
 
 def test_infer_gets_a_time_major_chunk_for_its_envs():
@@ -157,13 +166,44 @@ def test_reuse_takes_the_last_feedback_observation_and_is_refused_after_a_termin
 
 def test_exchange_out_of_order_is_a_protocol_error():
     s = session()
-    with pytest.raises(ProtocolError, match="message_type"):
+    with pytest.raises(ProtocolError, match="began with a feedback"):
         s.receive(feedback([0], [np.zeros(8)], [0.0], [False]))
+    s = session()
     s.receive(build_infer([0], [0], observation([np.zeros(8)])))
     s.receive(feedback([0], [np.zeros(8)], [0.0], [False]))
     s.receive(build_infer([0], [1], observation([np.zeros(8)])))
     with pytest.raises(ProtocolError, match="holds no action"):
         s.receive(feedback([1], [np.zeros(8)], [0.0], [False]))
+
+
+def test_the_demo_trainer_resyncs_on_an_info_it_cannot_split_per_env():
+    """SPEC 5.4, as the server checklist checks it: {"task": "pick"} for 2 envs closes for a resync."""
+    trainer = TrainerThread(DemoTrainer(DemoTrainerSettings(port=0, duration_s=300.0)))
+    port = trainer.start()
+    state = np.zeros(8)
+
+    async def feed_back(info: dict) -> object:
+        """One cycle for envs 0 and 1 with ``info``; what answers the next infer (an action, or the close)."""
+        async with connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as ws:
+            assert unpackb(await ws.recv())["message_type"] == "metadata"
+            await ws.send(packb(build_infer([0, 1], [0, 0], observation([state, state]))))
+            assert unpackb(await ws.recv())["message_type"] == "action"
+            await ws.send(packb(feedback([0, 1], [state, state], [0.0, 0.0], [False, False], info)))
+            await ws.send(packb(build_infer([0, 1], [1, 1], observation([state, state]))))
+            try:
+                return unpackb(await asyncio.wait_for(ws.recv(), 30.0))["message_type"]
+            except ConnectionClosed as closed:
+                return (closed.rcvd.code, closed.rcvd.reason) if closed.rcvd else None
+
+    try:
+        assert asyncio.run(feed_back({"task": "pick"})) == (1001, RESYNC_REASON)
+        # the server goes on: a new connection whose info splits per env is served
+        assert asyncio.run(feed_back({"task": "pick", "success": np.array([False, True])})) == "action"
+        ended = episode_info([False, True], [0.0, -3.0], [0, 5], [False, False])
+        assert asyncio.run(feed_back({**ended, "task": "pick"})) == "action"
+    finally:
+        trainer.end()
+        assert trainer.join(10.0)
 
 
 # -- the trainer learns, over the real websocket protocol ----------------------------------
@@ -194,7 +234,7 @@ class ReacherEnvs:
 
 
 def test_trainer_improves_the_mean_episode_return():
-    trainer = TrainerThread(DemoTrainerSettings(port=0, duration_s=300.0, seed=0))
+    trainer = TrainerThread(DemoTrainer(DemoTrainerSettings(port=0, duration_s=300.0, seed=0)))
     port = trainer.start()
     probe = HeadlessProbe(
         HeadlessSettings(

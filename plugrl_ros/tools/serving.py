@@ -1,12 +1,18 @@
-"""Serving PlugRL as a trainer: the websocket options PROTOCOL.md requires of both ends."""
+"""Serving PlugRL as a trainer: the websocket options the protocol requires, and a trainer on its own thread."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import ssl
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from websockets.asyncio.server import Server, ServerConnection, serve
+
+R_co = TypeVar("R_co", covariant=True)
+Result = TypeVar("Result")
 
 
 async def serve_trainer(
@@ -28,3 +34,79 @@ async def serve_trainer(
         close_timeout=close_timeout,
         ssl=tls,
     )
+
+
+class Trainer(Protocol[R_co]):
+    """What :class:`TrainerThread` runs: a server that starts, serves until its run is over, and can be ended."""
+
+    async def start(self) -> int:
+        """Listen; the port."""
+        ...
+
+    async def finished(self) -> R_co:
+        """Serve until the run is over; its result."""
+        ...
+
+    def end(self) -> None:
+        """End the run now (called on the trainer's event loop)."""
+        ...
+
+
+class TrainerThread(Generic[Result]):
+    """A trainer on its own event loop thread, for a process (or a test) that does other things meanwhile."""
+
+    def __init__(self, trainer: Trainer[Result], name: str = "plugrl-trainer") -> None:
+        self.trainer = trainer
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._port: concurrent.futures.Future[int] = concurrent.futures.Future()
+        self._result: concurrent.futures.Future[Result] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> Result:
+            self._loop = asyncio.get_running_loop()
+            self._port.set_result(await self.trainer.start())
+            return await self.trainer.finished()
+
+        try:
+            self._result.set_result(asyncio.run(main()))
+        except BaseException as exc:  # hand any failure to the thread that started this one
+            if not self._port.done():
+                self._port.set_exception(exc)
+            self._result.set_exception(exc)
+
+    def start(self, timeout: float = 10.0) -> int:
+        """Start serving; the port it listens on (the trainer's own error if it could not start)."""
+        self._thread.start()
+        return self._port.result(timeout)
+
+    @property
+    def port(self) -> int:
+        return self._port.result(0)
+
+    @property
+    def uri(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def result(self, timeout: float) -> Result:
+        """The run's result once it is over (its exception if it failed; TimeoutError if still running)."""
+        return self._result.result(timeout)
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the run failed, once it has; None while it runs or if it succeeded."""
+        return self._result.exception(0) if self._result.done() else None
+
+    def end(self) -> None:
+        """End the run now (from any thread)."""
+        if self._loop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self.trainer.end)
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the thread; True if it finished."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
