@@ -39,6 +39,7 @@ setup(
             "plugrl-demo-trainer = plugrl_ros.demo.trainer:main",
             "plugrl-probe = plugrl_ros.tools.probe:main",
             "plugrl-probe-robot = plugrl_ros.tools.probe_robot:main",
+            "plugrl-test-policy-server = plugrl_ros.tools.test_policy_server:main",
             "plugrl-test-trainer = plugrl_ros.tools.test_trainer:main",
         ],
     },

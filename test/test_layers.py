@@ -1,4 +1,4 @@
-"""DESIGN.md's layers: protocol and rollout never import ROS or a higher layer; adapters never import tools."""
+"""DESIGN.md's layers: protocol, rollout and policy never import ROS or a higher layer; adapters never import tools."""
 
 from __future__ import annotations
 
@@ -9,8 +9,32 @@ from harness import ROOT
 
 # layer -> modules it must never import (by top-level prefix)
 FORBIDDEN = {
-    "protocol": ("plugrl_ros.rollout", "plugrl_ros.ros", "plugrl_ros.tools", "plugrl_ros.demo", "rclpy"),
-    "rollout": ("plugrl_ros.ros", "plugrl_ros.tools", "plugrl_ros.demo", "rclpy", "websockets"),
+    "protocol": (
+        "plugrl_ros.rollout",
+        "plugrl_ros.policy",
+        "plugrl_ros.ros",
+        "plugrl_ros.tools",
+        "plugrl_ros.demo",
+        "rclpy",
+    ),
+    "protocol/policy": (
+        "plugrl_ros.rollout",
+        "plugrl_ros.policy",
+        "plugrl_ros.ros",
+        "plugrl_ros.tools",
+        "plugrl_ros.demo",
+        "rclpy",
+    ),
+    "rollout": ("plugrl_ros.policy", "plugrl_ros.ros", "plugrl_ros.tools", "plugrl_ros.demo", "rclpy", "websockets"),
+    "policy": (
+        "plugrl_ros.rollout",
+        "plugrl_ros.protocol",
+        "plugrl_ros.ros",
+        "plugrl_ros.tools",
+        "plugrl_ros.demo",
+        "rclpy",
+        "websockets",
+    ),
     "ros": ("plugrl_ros.tools", "plugrl_ros.demo"),
 }
 

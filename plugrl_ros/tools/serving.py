@@ -1,4 +1,4 @@
-"""Serving PlugRL as a trainer: the websocket options the protocol requires, and a trainer on its own thread."""
+"""Serving a PlugRL trainer (or a policy server): the websocket options both ends must agree on, and a trainer on its own thread."""
 
 from __future__ import annotations
 
@@ -21,8 +21,12 @@ async def serve_trainer(
     port: int,
     close_timeout: float,
     tls: ssl.SSLContext | None = None,
+    process_request: Callable[..., Any] | None = None,
 ) -> Server:
-    """Listen as a PlugRL trainer: no compression, frames of any size, no keepalive pings."""
+    """Listen as a PlugRL trainer (or a policy server): no compression, frames of any size, no keepalive pings.
+
+    ``process_request`` may answer a plain HTTP request itself (a health check).
+    """
     return await serve(
         handler,
         host,
@@ -33,6 +37,7 @@ async def serve_trainer(
         ping_timeout=None,
         close_timeout=close_timeout,
         ssl=tls,
+        process_request=process_request,
     )
 
 
