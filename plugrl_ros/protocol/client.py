@@ -158,7 +158,12 @@ class _RedactAuthorization(logging.Filter):
 
 
 def _library_logger() -> logging.Logger:
-    logger = logging.getLogger("plugrl_ros.websockets")
+    return redacting_logger("plugrl_ros.websockets")
+
+
+def redacting_logger(name: str) -> logging.Logger:
+    """The logger ``name``, filtered so that no record mentioning an Authorization header passes."""
+    logger = logging.getLogger(name)
     if not any(isinstance(f, _RedactAuthorization) for f in logger.filters):
         logger.addFilter(_RedactAuthorization())
     return logger
@@ -246,7 +251,7 @@ class TrainerClient:
                     self._fatal_detail = f"invalid trainer URI {self._settings.uri!r}"
                     return CloseKind.FATAL
                 delay = self._backoff.next_delay()
-                self._emit(ConnectFailed(_describe(exc), delay))
+                self._emit(ConnectFailed(describe(exc), delay))
                 await self._sleep(delay)
                 continue
             self._epoch += 1
@@ -301,9 +306,9 @@ class TrainerClient:
                 try:
                     frame = reader.result()
                 except ConnectionClosed:
-                    code, reason = _close_frame(ws)
+                    code, reason = close_frame(ws)
                     kind = CloseKind.CLIENT if self._stopping.is_set() else classify_close(code, reason)
-                    return kind, _close_detail(ws), frames > 1
+                    return kind, close_detail(ws), frames > 1
                 if isinstance(frame, str):
                     # PROTOCOL.md: a text frame is fatal. Nothing more may be
                     # sent, not even what is already queued.
@@ -332,10 +337,10 @@ class TrainerClient:
             return CloseKind.ABORTED, self._abort_detail, frames > 1
         # the send failed because the connection closed under us
         await ws.wait_closed()
-        code, reason = _close_frame(ws)
+        code, reason = close_frame(ws)
         return (
             classify_close(code, reason),
-            f"{_close_detail(ws)} ({_describe(exc) if exc else 'closed'})",
+            f"{close_detail(ws)} ({describe(exc) if exc else 'closed'})",
             frames > 1,
         )
 
@@ -357,27 +362,31 @@ class TrainerClient:
             pass
 
     def _connect_options(self) -> dict[str, Any]:
-        s = self._settings
-        options: dict[str, Any] = {
-            "compression": None,  # permessage-deflate must not be negotiated
-            "max_size": s.max_frame_bytes,  # default None: any size (metadata alone may pass 1 MiB)
-            "ping_interval": None,  # the feedback timeout is the liveness check, not pings
-            "ping_timeout": None,
-            "open_timeout": s.open_timeout_s,
-            "close_timeout": s.close_timeout_s,
-            "logger": _library_logger(),
-            "proxy": None,  # a robot's HTTP proxy settings are not for the trainer link
-        }
-        if s.api_key_env:
-            key = os.environ.get(s.api_key_env, "")
-            if key:
-                options["additional_headers"] = {"Authorization": f"Api-Key {key}"}
-        if s.uri.startswith("wss://"):
-            options["ssl"] = ssl.create_default_context(cafile=s.ca_file or None)
-        return options
+        return connect_options(self._settings)
 
 
-def _close_frame(ws: ClientConnection) -> tuple[int | None, str | None]:
+def connect_options(s: ClientSettings) -> dict[str, Any]:
+    """websockets' ``connect`` options for a link as ``s`` describes it (the trainer's, or a policy server's)."""
+    options: dict[str, Any] = {
+        "compression": None,  # permessage-deflate must not be negotiated
+        "max_size": s.max_frame_bytes,  # default None: any size (metadata alone may pass 1 MiB)
+        "ping_interval": None,  # the peer's own timeouts are the liveness check, not pings
+        "ping_timeout": None,
+        "open_timeout": s.open_timeout_s,
+        "close_timeout": s.close_timeout_s,
+        "logger": _library_logger(),
+        "proxy": None,  # a robot's HTTP proxy settings are not for the trainer link
+    }
+    if s.api_key_env:
+        key = os.environ.get(s.api_key_env, "")
+        if key:
+            options["additional_headers"] = {"Authorization": f"Api-Key {key}"}
+    if s.uri.startswith("wss://"):
+        options["ssl"] = ssl.create_default_context(cafile=s.ca_file or None)
+    return options
+
+
+def close_frame(ws: ClientConnection) -> tuple[int | None, str | None]:
     """The trainer's close code and reason (``ws.close_code`` only exists from websockets 14.1)."""
     received = ws.protocol.close_rcvd
     if received is None:
@@ -385,7 +394,7 @@ def _close_frame(ws: ClientConnection) -> tuple[int | None, str | None]:
     return received.code, received.reason
 
 
-def _close_detail(ws: ClientConnection) -> str:
+def close_detail(ws: ClientConnection) -> str:
     """How the connection ended, for logs: the trainer's close frame, ours, or none."""
     received, sent = ws.protocol.close_rcvd, ws.protocol.close_sent
     if received is not None:
@@ -395,6 +404,6 @@ def _close_detail(ws: ClientConnection) -> str:
     return "dropped without a close frame (1006)"
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}"[:300]

@@ -11,6 +11,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 
+from plugrl_ros.protocol.client import redacting_logger
+
 R_co = TypeVar("R_co", covariant=True)
 Result = TypeVar("Result")
 
@@ -38,6 +40,7 @@ async def serve_trainer(
         close_timeout=close_timeout,
         ssl=tls,
         process_request=process_request,
+        logger=redacting_logger("plugrl_ros.websockets.server"),  # handshakes carry the client's API key
     )
 
 
