@@ -1,4 +1,4 @@
-"""Serving a PlugRL trainer (or a policy server): the websocket options both ends must agree on, and a trainer on its own thread."""
+"""Serving a trainer or a policy server: the websocket options both ends agree on, and a trainer on its thread."""
 
 from __future__ import annotations
 
