@@ -1,0 +1,109 @@
+"""The policy section: parsed into frozen settings, or refused at startup naming the key, the value, what is allowed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from plugrl_ros.ros.params import ConfigError, nest
+from plugrl_ros.ros.policy_config import check_policy_environment, load_policy_config
+
+SOURCES = {"images.front", "images.wrist", "states.joints", "text"}
+
+
+def section(**overrides):
+    values = {
+        "uri": "ws://127.0.0.1:8000",
+        "observations": {"observation": {"image": "images.front", "state": "states.joints"}, "prompt": "text"},
+    }
+    values.update(overrides)
+    return values
+
+
+def test_defaults_and_the_openpi_flat_key_layout():
+    config = load_policy_config(section(), SOURCES)
+    assert config.server.uri == "ws://127.0.0.1:8000" and config.server.api_key_env == ""
+    assert config.action_key == "actions" and (config.action_horizon, config.action_dim) == (0, 0)
+    e = config.execution
+    assert (e.mode, e.request_ahead_steps, e.ensemble_rate, e.crossfade_steps) == ("switch", None, 0.01, 5)
+    assert (e.initial_latency_s, e.max_latency_s) == (0.1, 5.0)
+    image = np.zeros((2, 2, 3), np.uint8)
+    request = config.layout.build({"images.front": image, "states.joints": np.ones(3), "text": "pick"})
+    assert sorted(request) == ["observation/image", "observation/state", "prompt"]
+    assert request["observation/image"] is image and request["prompt"] == "pick"
+    assert config.expectation(min_width=7).min_width == 7
+
+
+def test_nested_maps_for_policies_that_read_them_and_a_flat_ros_parameter_file():
+    flat = {
+        "policy.uri": "wss://gpu:8000",
+        "policy.key_separator": "",
+        "policy.observations.images.cam_high": "images.front",
+        "policy.observations.images.cam_wrist": "images.wrist",
+        "policy.observations.state": "states.joints",
+        "policy.execution.mode": "ensemble",
+        "policy.execution.request_ahead_steps": 8,
+        "policy.execution.ensemble_rate": 0.2,
+        "policy.action_horizon": 10,
+        "policy.latency.max_s": 1.5,
+    }
+    config = load_policy_config(nest(flat)["policy"], SOURCES)
+    request = config.layout.build({"images.front": 1, "images.wrist": 2, "states.joints": 3})
+    assert request == {"images": {"cam_high": 1, "cam_wrist": 2}, "state": 3}
+    assert config.execution.mode == "ensemble" and config.execution.request_ahead_steps == 8
+    assert config.execution.ensemble_rate == 0.2 and config.execution.max_latency_s == 1.5
+    assert config.expectation(2).horizon == 10
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "allowed"),
+    [
+        ({"uri": "http://gpu:8000"}, "policy.uri", "a ws:// or wss:// URI"),
+        ({"uri": None}, "policy.uri", "required"),
+        ({"urii": "ws://x:1"}, "policy.urii", "did you mean 'uri'?"),
+        ({"observations": {}}, "policy.observations", "at least one request key"),
+        (
+            {"observations": {"observation": {"image": "images.back"}}},
+            "policy.observations.observation.image",
+            "one of",
+        ),
+        ({"observations": {"state": 3}}, "policy.observations.state", "the source to send"),
+        ({"observations": {"a/b": "text", "a": {"b": "states.joints"}}}, "policy.observations.a.b", "given twice"),
+        ({"key_separator": "-"}, "policy.key_separator", '"/" or "."'),
+        ({"action_key": ""}, "policy.action_key", "the answer's key"),
+        ({"action_horizon": -1}, "policy.action_horizon", "at least 0"),
+        ({"action_dim": 2.5}, "policy.action_dim", "expected an integer"),
+        ({"execution": {"mode": "blend"}}, "policy.execution.mode", "sync, switch, ensemble, crossfade"),
+        ({"execution": {"request_ahead_steps": "soon"}}, "policy.execution.request_ahead_steps", "'auto'"),
+        ({"execution": {"request_ahead_steps": -1}}, "policy.execution.request_ahead_steps", "'auto'"),
+        (
+            {"action_horizon": 10, "execution": {"request_ahead_steps": 10}},
+            "policy.execution.request_ahead_steps",
+            "below policy.action_horizon (10)",
+        ),
+        ({"execution": {"crossfade_steps": 0}}, "policy.execution.crossfade_steps", "at least 1"),
+        ({"execution": {"ensemble_rate": float("nan")}}, "policy.execution.ensemble_rate", "finite"),
+        ({"execution": {"rate": 1}}, "policy.execution.rate", "known keys"),
+        ({"latency": {"max_s": 0}}, "policy.latency.max_s", "greater than 0"),
+        ({"latency": {"initial_s": 2.0, "max_s": 1.0}}, "policy.latency.initial_s", "at most latency.max_s"),
+        ({"reconnect_initial_s": 5.0, "reconnect_max_s": 1.0}, "policy.reconnect_max_s", ">= reconnect_initial_s"),
+        ({"execution": "switch"}, "policy.execution", "a map of keys"),
+    ],
+)
+def test_a_mistake_is_refused_naming_the_full_key(overrides, key, allowed):
+    with pytest.raises(ConfigError) as caught:
+        load_policy_config(section(**overrides), SOURCES)
+    assert caught.value.key == key
+    assert allowed in str(caught.value)
+
+
+def test_the_api_key_variable_and_the_ca_file_are_checked_against_the_environment(tmp_path):
+    config = load_policy_config(section(api_key_env="POLICY_KEY"), SOURCES)
+    with pytest.raises(ConfigError, match="policy.api_key_env: got 'POLICY_KEY'; the environment variable"):
+        check_policy_environment(config, {})
+    check_policy_environment(config, {"POLICY_KEY": "secret"})
+    bad_ca = tmp_path / "ca.pem"
+    bad_ca.write_text("not a certificate")
+    config = load_policy_config(section(uri="wss://gpu:8000", ca_file=str(bad_ca)), SOURCES)
+    with pytest.raises(ConfigError, match="policy.ca_file"):
+        check_policy_environment(config, {})
