@@ -99,11 +99,11 @@ def test_a_mistake_is_refused_naming_the_full_key(overrides, key, allowed):
 
 def test_the_api_key_variable_and_the_ca_file_are_checked_against_the_environment(tmp_path):
     config = load_policy_config(section(api_key_env="POLICY_KEY"), SOURCES)
-    with pytest.raises(ConfigError, match="policy.api_key_env: got 'POLICY_KEY'; the environment variable"):
+    with pytest.raises(ConfigError, match=r"policy\.api_key_env: got .POLICY_KEY.; the environment variable"):
         check_policy_environment(config, {})
     check_policy_environment(config, {"POLICY_KEY": "secret"})
     bad_ca = tmp_path / "ca.pem"
     bad_ca.write_text("not a certificate")
     config = load_policy_config(section(uri="wss://gpu:8000", ca_file=str(bad_ca)), SOURCES)
-    with pytest.raises(ConfigError, match="policy.ca_file"):
+    with pytest.raises(ConfigError, match=r"policy\.ca_file"):
         check_policy_environment(config, {})
