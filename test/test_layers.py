@@ -28,7 +28,6 @@ FORBIDDEN = {
     "rollout": ("plugrl_ros.policy", "plugrl_ros.ros", "plugrl_ros.tools", "plugrl_ros.demo", "rclpy", "websockets"),
     "policy": (
         "plugrl_ros.rollout",
-        "plugrl_ros.protocol",
         "plugrl_ros.ros",
         "plugrl_ros.tools",
         "plugrl_ros.demo",

@@ -1,0 +1,112 @@
+"""One robot in deploy mode: the policy link's events in, and per control tick an action and what to send.
+
+This is the whole of deploy mode's stepping as the node sees it. The node
+hands every link event to :meth:`DeployRobot.on_event` (logging the note it
+returns), and on every control tick calls :meth:`DeployRobot.tick` with a
+function that reads the robot's sources, then publishes the action (or
+applies the sinks' idle behaviour for None), sends the request, and aborts
+the connection if told to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from plugrl_ros.policy.runner import PolicyRunner
+from plugrl_ros.protocol.client import ConnectFailed, Notice
+from plugrl_ros.protocol.policy.client import (
+    AnswerRejected,
+    ChunkReceived,
+    Event,
+    PolicyConnected,
+    PolicyDisconnected,
+    ServerTraceback,
+)
+from plugrl_ros.protocol.policy.request import RequestLayout
+
+
+@dataclass(frozen=True)
+class Request:
+    epoch: int
+    observation: dict[str, Any]
+    tag: int
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What one control tick does: publish ``action`` (None: idle), send ``request``, abort connection ``abort``."""
+
+    action: np.ndarray | None
+    request: Request | None = None
+    abort: tuple[int, str] | None = None  # (epoch, why)
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something to log: level ``info``, ``warn`` or ``error``."""
+
+    level: str
+    text: str
+
+
+class DeployRobot:
+    """A :class:`PolicyRunner` wired to a policy link's events and a request layout."""
+
+    def __init__(self, runner: PolicyRunner, layout: RequestLayout) -> None:
+        self.runner = runner
+        self.layout = layout
+        self.epoch: int | None = None  # the connection requests go to; None while there is none
+
+    def on_event(self, event: Event) -> Note | None:
+        """Apply one link event; a note to log, if any."""
+        if isinstance(event, PolicyConnected):
+            self.epoch = event.epoch
+            self.runner.on_connected()
+            shape = f"H={event.metadata.horizon}" if event.metadata.horizon else "H not announced"
+            return Note("info", f"connected to the policy server {event.uri} ({shape})")
+        if isinstance(event, ChunkReceived):
+            if event.epoch != self.epoch:
+                return None
+            if self.runner.on_chunk(event.tag, event.chunk.actions) == "stale":
+                return Note(
+                    "warn", f"a chunk arrived after its last step ({event.round_trip_s * 1000:.0f} ms): dropped"
+                )
+            return None
+        if isinstance(event, AnswerRejected):
+            if event.epoch == self.epoch:
+                self.runner.on_rejected(event.tag)
+            return Note("warn", f"the policy server's answer was rejected, nothing of it runs: {event.detail}")
+        if isinstance(event, ServerTraceback):
+            return Note("error", f"the policy server failed; its traceback:\n{event.text}")
+        if isinstance(event, PolicyDisconnected):
+            if event.epoch == self.epoch:
+                self.epoch = None
+                self.runner.on_link_lost()
+            return Note("warn", f"policy server connection lost: {event.detail}; idling until it is back")
+        if isinstance(event, ConnectFailed):
+            return Note("warn", f"cannot reach the policy server: {event.detail}; retrying in {event.retry_in_s:.1f} s")
+        if isinstance(event, Notice):
+            return Note("warn", event.text)
+        raise AssertionError(f"unknown event {event!r}")
+
+    def tick(self, observe: Callable[[], Mapping[str, Any] | None]) -> Tick:
+        """One control tick. ``observe`` reads the sources the layout names, or None if they are not ready."""
+        action = self.runner.step()
+        if self.epoch is not None and self.runner.request_overdue():
+            # the server holds the only request this connection may have: reconnect
+            epoch, self.epoch = self.epoch, None
+            self.runner.abandon()
+            self.runner.on_link_lost()
+            why = f"no answer within {self.runner.settings.max_latency_s:g} s"
+            return Tick(action, abort=(epoch, why))
+        if self.epoch is None or not self.runner.wants_request():
+            return Tick(action)
+        values = observe()
+        if values is None:
+            return Tick(action)  # not ready: ask again next tick
+        tag = self.runner.requested()
+        return Tick(action, Request(self.epoch, self.layout.build(values), tag))

@@ -1,0 +1,184 @@
+"""Deploy mode without ROS: robots stepped at 50 Hz, each with its own connection, against real policy servers.
+
+The servers run as processes (``plugrl-test-policy-server``); each robot
+sends its tick count as its state, so every applied action can be decoded
+into the chunk, row and tick it was computed for. Nothing here asserts on
+timing: the checks are that an applied action is always the one computed
+for its tick, and which robots move at all.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from plugrl_ros.policy.deploy import DeployRobot, Note
+from plugrl_ros.policy.execution import ExecutionSettings
+from plugrl_ros.policy.runner import PolicyRunner
+from plugrl_ros.protocol.client import ClientSettings
+from plugrl_ros.protocol.policy.client import PolicyConnected, PolicyDisconnected
+from plugrl_ros.protocol.policy.link import PolicyLinks
+from plugrl_ros.protocol.policy.request import RequestInput, RequestLayout
+from plugrl_ros.protocol.policy.session import Expectation
+from plugrl_ros.tools.test_policy_server import decode_row
+
+PERIOD = 0.02
+LAYOUT = RequestLayout((RequestInput(("observation", "state"), "states.joints"),), "/")
+TIMEOUT = 60
+
+
+class Server:
+    """``plugrl-test-policy-server`` as a process."""
+
+    def __init__(self, *args: str, port: int = 0) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "plugrl_ros.tools.test_policy_server", "--port", str(port), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        line = self.process.stdout.readline()
+        assert line.startswith("listening on ws://"), line + self.process.stderr.read()
+        self.port = int(line.rsplit(":", 1)[1])
+
+    def settings(self, **kw) -> ClientSettings:
+        return ClientSettings(uri=f"ws://127.0.0.1:{self.port}", reconnect_initial_s=0.05, reconnect_max_s=0.2, **kw)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.communicate(timeout=TIMEOUT)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            self.process.communicate(timeout=TIMEOUT)
+
+
+class Loop:
+    """Robots ticked every PERIOD on this thread; link events applied between ticks."""
+
+    def __init__(self, servers: list[ClientSettings], execution: ExecutionSettings) -> None:
+        self.wake = threading.Event()
+        self.links = PolicyLinks(servers, [Expectation(min_width=3)] * len(servers), self.wake.set)
+        self.robots = [DeployRobot(PolicyRunner(execution, PERIOD, time.monotonic), LAYOUT) for _ in servers]
+        self.applied: list[list[tuple[int, np.ndarray | None]]] = [[] for _ in servers]
+        self.events: list[list] = [[] for _ in servers]
+        self.notes: list[Note] = []
+
+    def __enter__(self) -> Loop:
+        self.links.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.links.stop()
+        assert self.links.join(TIMEOUT)
+
+    def run(self, until: Callable[[], bool], max_ticks: int) -> None:
+        next_tick = time.monotonic()
+        for _ in range(max_ticks):
+            if until():
+                return
+            next_tick += PERIOD
+            time.sleep(max(0.0, next_tick - time.monotonic()))  # the control timer
+            for index, event in self.links.drain():
+                self.events[index].append(event)
+                note = self.robots[index].on_event(event)
+                if note is not None:
+                    self.notes.append(note)
+            for index, robot in enumerate(self.robots):
+                tick = robot.runner.tick + 1
+                step = robot.tick(lambda tick=tick: {"states.joints": np.array([float(tick)])})
+                self.applied[index].append((robot.runner.tick, step.action))
+                if step.request is not None:
+                    self.links.request(index, step.request.epoch, step.request.observation, step.request.tag)
+                if step.abort is not None:
+                    self.links.abort(index, *step.abort)
+        raise AssertionError(f"not done within {max_ticks} ticks; notes: {[n.text for n in self.notes][-5:]}")
+
+    def moved(self, robot: int) -> list[tuple[int, np.ndarray]]:
+        return [(t, a) for t, a in self.applied[robot] if a is not None]
+
+
+def assert_aligned(applied: list[tuple[int, np.ndarray]]) -> None:
+    for tick, action in applied:
+        _, index, stamp = decode_row(action)
+        assert stamp + index == tick, (tick, index, stamp)
+
+
+@pytest.mark.parametrize("mode", ["switch", "ensemble", "crossfade", "sync"])
+def test_two_robots_each_apply_only_the_rows_computed_for_their_ticks(mode):
+    server = Server("--horizon", "10", "--action-dim", "4", "--latency", "0.02", "--jitter", "0.02")
+    try:
+        with Loop([server.settings()] * 2, ExecutionSettings(mode=mode)) as loop:
+            loop.run(lambda: all(len(loop.moved(r)) >= 60 for r in (0, 1)), max_ticks=3000)
+    finally:
+        server.stop()
+    for robot in (0, 1):
+        if mode == "switch":
+            assert_aligned(loop.moved(robot))
+        if mode == "sync":  # whole chunks, from row 0
+            assert decode_row(loop.moved(robot)[0][1])[1] == 0
+        stats = loop.robots[robot].runner.stats()
+        assert stats.chunks >= 6 and stats.rejected == 0
+    connected = [e for e in loop.events[0] + loop.events[1] if isinstance(e, PolicyConnected)]
+    assert len(connected) == 2  # one connection per robot
+
+
+def test_a_slow_server_holds_back_only_its_own_robot():
+    slow = Server("--latency", "30")
+    fast = Server("--latency", "0.01")
+    try:
+        with Loop([slow.settings(), fast.settings()], ExecutionSettings()) as loop:
+            loop.run(lambda: len(loop.moved(1)) >= 100, max_ticks=3000)
+    finally:
+        slow.stop()
+        fast.stop()
+    assert loop.moved(0) == []
+    assert_aligned(loop.moved(1))
+    assert loop.robots[0].runner.stats().waiting_steps == len(loop.applied[0])
+
+
+def test_an_unanswered_request_is_abandoned_and_the_connection_reopened():
+    server = Server("--latency", "5")
+    try:
+        execution = ExecutionSettings(max_latency_s=0.3, initial_latency_s=0.1)
+        with Loop([server.settings()], execution) as loop:
+            loop.run(lambda: sum(isinstance(e, PolicyConnected) for e in loop.events[0]) >= 2, max_ticks=3000)
+    finally:
+        server.stop()
+    assert loop.robots[0].runner.stats().abandoned >= 1
+    assert any("no answer within 0.3 s" in e.detail for e in loop.events[0] if isinstance(e, PolicyDisconnected))
+    assert loop.moved(0) == []
+
+
+def test_a_killed_server_idles_the_robot_at_the_next_tick_and_a_restarted_one_resumes_it():
+    server = Server("--horizon", "50", "--latency", "0.01")
+    port = server.port
+    restarted = None
+    try:
+        with Loop([server.settings()], ExecutionSettings()) as loop:
+            loop.run(lambda: len(loop.moved(0)) >= 20, max_ticks=3000)
+            server.kill()  # mid-chunk: 50 steps, at most a few of them run
+            loop.run(lambda: any(isinstance(e, PolicyDisconnected) for e in loop.events[0]), max_ticks=3000)
+            lost_at = loop.robots[0].runner.tick
+            loop.run(lambda: loop.robots[0].runner.tick >= lost_at + 5, max_ticks=100)
+            restarted = Server("--horizon", "50", "--latency", "0.01", port=port)
+            loop.run(lambda: len(loop.moved(0)) >= 60, max_ticks=3000)
+    finally:
+        server.stop()
+        if restarted is not None:
+            restarted.stop()
+    after = [a for t, a in loop.applied[0] if t > lost_at]
+    assert after[:5] == [None] * 5  # idle from the tick after the loss was known
+    assert_aligned(loop.moved(0))
+    resumed = [decode_row(a)[0] for t, a in loop.moved(0) if t > lost_at]
+    assert resumed and min(resumed) == 0  # only the restarted server's chunks (its count starts at 0)
