@@ -2,7 +2,7 @@
 
 Run: ``python bench/bench_throughput.py [--quick] [--seconds S] [--json PATH]``.
 
-Three clients step PROTOCOL.md's probe environment against the same
+Three clients step the probe environment (docs/protocol.md) against the same
 ``bench_trainer.py`` (chunks of 4 steps, 2-wide actions, reuse offered):
 
 * bridge: the probe robot and the bridge as ROS processes in lockstep

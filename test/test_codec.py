@@ -324,7 +324,7 @@ LARGE_GOLDEN: dict[str, tuple[Any, int, str]] = {
 
 
 def reference_default(obj: Any) -> Any:
-    """PROTOCOL.md "Arrays" spelled the straightforward way: ``tobytes()`` gives the C-order data."""
+    """docs/protocol.md "Arrays" spelled the straightforward way: ``tobytes()`` gives the C-order data."""
     if isinstance(obj, np.ndarray):
         return {b"__ndarray__": True, b"data": obj.tobytes(), b"dtype": obj.dtype.str, b"shape": obj.shape}
     if isinstance(obj, np.generic):

@@ -1,4 +1,4 @@
-"""DESIGN.md's layers: protocol, rollout and policy never import ROS or a higher layer; adapters never import tools."""
+"""docs/design.md's layers: protocol, rollout and policy never import ROS or a higher layer; adapters never tools."""
 
 from __future__ import annotations
 

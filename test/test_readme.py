@@ -37,7 +37,7 @@ EXERCISED = {
     "mkdir -p ~/plugrl_ws/src": COLCON,
     "cd ~/plugrl_ws": COLCON,
     "git clone": COLCON,
-    "source /opt/ros/": "not here: apt ROS 2 is not on these machines; the wheels run the same code (ROS_ON_PIP.md)",
+    "source /opt/ros/": "not here: apt ROS 2 is not on these machines; the wheels run the same code",
     "rosdep install": "mirror: test_packaging.py::test_every_third_party_import_is_declared_in_package_xml",
     "pip install --user 'websockets>=15'": "mirror: .ci/run (the suite runs again with websockets==15.0)",
     "colcon build --packages-select plugrl_ros": COLCON,

@@ -2,7 +2,7 @@
 
 The scheduling tests run a deterministic simulation of timer-mode stepping
 (a fake clock, a trainer with latency, robots that reset for different
-durations or go silent) and check the invariants of DESIGN.md on every run.
+durations or go silent) and check the invariants of docs/design.md on every run.
 """
 
 from __future__ import annotations

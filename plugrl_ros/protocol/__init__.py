@@ -1,4 +1,4 @@
 """The PlugRL wire protocol from the env client's side: codec, messages, connection.
 
-Pure Python with no ROS dependency (DESIGN.md layer 1).
+Pure Python with no ROS dependency (layer 1 of docs/design.md).
 """

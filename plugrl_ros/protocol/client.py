@@ -3,7 +3,7 @@
 It knows nothing of the protocol's message rules; those live in
 :class:`plugrl_ros.protocol.connection.Connection`, driven by whoever
 consumes this client's events. What belongs here is the transport as
-PROTOCOL.md wants it: no compression, no frame size cap, no keepalive ping
+docs/protocol.md describes it: no compression, no frame size cap, no keepalive ping
 that could drop a healthy connection while the trainer is busy learning, the
 optional API key header, TLS, and what each kind of close means for
 reconnecting. Every connection gets an ``epoch``; a message queued for an
@@ -50,7 +50,7 @@ class CloseKind(enum.Enum):
 
 
 def classify_close(code: int | None, reason: str | None) -> CloseKind:
-    """The meaning of a close the trainer initiated (PROTOCOL.md, Closing)."""
+    """The meaning of a close the trainer initiated (docs/protocol.md, Closing)."""
     if reason == STOP_REASON:
         return CloseKind.STOP
     if reason == RESYNC_REASON:
@@ -310,7 +310,7 @@ class TrainerClient:
                     kind = CloseKind.CLIENT if self._stopping.is_set() else classify_close(code, reason)
                     return kind, close_detail(ws), frames > 1
                 if isinstance(frame, str):
-                    # PROTOCOL.md: a text frame is fatal. Nothing more may be
+                    # A text frame is fatal (docs/protocol.md, Closing). Nothing more may be
                     # sent, not even what is already queued.
                     writer.cancel()
                     await asyncio.gather(writer, return_exceptions=True)

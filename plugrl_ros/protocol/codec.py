@@ -1,6 +1,6 @@
 """The PlugRL array codec: msgpack with openpi's ndarray conventions, validated.
 
-Encoding is byte-identical to openpi's ``msgpack_numpy`` (SPEC.md section 9),
+Encoding is byte-identical to openpi's ``msgpack_numpy`` (docs/protocol.md, Arrays),
 so any PlugRL trainer reads what we write. Decoding is not a mirror image of
 openpi's: the bytes come from the network, so every ndarray is checked
 before numpy is allowed to look at it. Object, void and complex kinds are

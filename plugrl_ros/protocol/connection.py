@@ -3,12 +3,12 @@
 No sockets and no event loop: :meth:`Connection.receive` takes a frame and
 returns what it meant, :meth:`Connection.infer` and
 :meth:`Connection.feedback` return a message ready to encode. Everything
-PROTOCOL.md asks of a client that can be decided from the stream lives here:
-metadata first, strict infer/feedback alternation, which envs may appear in
-which message, and when an observation may be reused. Our own code breaking
-a rule raises :class:`ProtocolMisuse` before a byte is produced, because a
-broken stream costs the trainer its per-env state (a resync) and the robot
-its running chunks.
+the protocol asks of a client (docs/protocol.md) that can be decided from
+the stream lives here: metadata first, strict infer/feedback alternation,
+which envs may appear in which message, and when an observation may be
+reused. Our own code breaking a rule raises :class:`ProtocolMisuse` before
+a byte is produced, because a broken stream costs the trainer its per-env
+state (a resync) and the robot its running chunks.
 """
 
 from __future__ import annotations

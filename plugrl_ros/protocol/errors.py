@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class ProtocolError(Exception):
-    """The trainer sent something PROTOCOL.md does not allow; names the field."""
+    """The trainer sent something the protocol does not allow; names the field."""
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")

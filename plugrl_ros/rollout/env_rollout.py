@@ -4,7 +4,7 @@ The env executes its chunk one step at a time: :meth:`EnvRollout.take_step`
 hands out the next action, :meth:`EnvRollout.finish_step` records what that
 step produced. When the chunk ends (all its steps ran, the episode ended, or
 it was cut short) the result waits in :attr:`EnvRollout.pending` until the
-scheduler puts it in a feedback. The accounting here is where PROTOCOL.md's
+scheduler puts it in a feedback. The accounting here is where the protocol's
 data rules are kept: the reward fed back is the sum over the steps that ran,
 the observation is the one after the last step that ran, and a terminal
 step's observation is the terminal one (the reset comes afterwards).

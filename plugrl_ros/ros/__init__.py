@@ -1,1 +1,1 @@
-"""ROS 2 adapters: parameters, message converters, and the bridge node (DESIGN.md layer 3)."""
+"""ROS 2 adapters: parameters, message converters, and the bridge node (layer 3 of docs/design.md)."""

@@ -6,7 +6,7 @@ Wiring only: the protocol and scheduling rules live in the rollout core
 :class:`plugrl_ros.ros.trainer_link.TrainerLink`. All callbacks run on one
 single-threaded executor, so the core needs no locks.
 
-Stepping (DESIGN.md): in ``timer`` mode a wall-clock (or sim-clock) timer
+Stepping (docs/design.md): in ``timer`` mode a wall-clock (or sim-clock) timer
 publishes one action step per env per tick and samples each step's result at
 the next tick; in ``lockstep`` mode the next step is published as soon as
 every source of the env has produced a message newer than the last action.

@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="plugrl-probe",
         description=(
-            "Run probe envs (PROTOCOL.md's conformance environment) against a PlugRL trainer. "
+            "Run probe envs (the protocol's conformance environment) against a PlugRL trainer. "
             "--headless runs them in-process with no ROS; without it, a probe robot node and a bridge "
             "node configured by config/probe.yaml run as real ROS processes."
         ),

@@ -1,4 +1,4 @@
-"""The probe environment of PROTOCOL.md: observations that reveal what the client did.
+"""The probe environment (docs/protocol.md): observations that reveal what the client did.
 
 Env i keeps ``t`` (steps taken this episode) and ``a`` (the action applied
 on its last step). Every step stores the action, adds one to ``t`` and earns

@@ -5,7 +5,7 @@ Env i lives under namespace ``probe<i>``: it listens for actions on
 (std_msgs/Float64), ``a`` (std_msgs/Float64MultiArray), ``reward``
 (std_msgs/Float32) and ``terminated`` (std_msgs/Bool); the service ``reset``
 (std_srvs/Trigger) starts a new episode. Its episodes last ``3 + 2*(i % 3)``
-steps, as in PROTOCOL.md, so a conformance trainer can check from the
+steps, as in docs/protocol.md, so a conformance trainer can check from the
 feedback alone that the bridge summed rewards, kept terminal observations
 and executed chunks in order. ``config/probe.yaml`` is the bridge's config
 for it.

@@ -76,7 +76,7 @@ CLAUSES: tuple[str, ...] = (
 
 # -- script endings --------------------------------------------------------------
 
-# Endings that close with a code and reason, as the PlugRL server does (PROTOCOL.md, Closing).
+# Endings that close with a code and reason, as the PlugRL server does (docs/protocol.md, Closing).
 _CLOSE_ENDINGS: dict[str, tuple[int, str]] = {
     "resync": (1001, RESYNC_REASON),
     "timeout": (1001, "Feedback timeout"),
@@ -366,7 +366,7 @@ def _fmt(x: float) -> str:
 
 
 def _inspect_observation(obs: Any, action_dim: int, probe: bool) -> _Observed:
-    """Check an observation's layout (PROTOCOL.md, Messages) and pull out the probe's t and a."""
+    """Check an observation's layout (docs/protocol.md, Messages) and pull out the probe's t and a."""
     problems: list[str] = []
     if not isinstance(obs, dict):
         return _Observed(
