@@ -63,14 +63,25 @@ def test_the_api_key_variable_must_be_set_and_its_name_is_all_that_is_shown():
     check_environment(config, {"ROBOT_KEY": "s3cret-value"})
 
 
+WSS = {**MINIMAL, "trainer.uri": "wss://trainer.lab:8443"}
+
+
 def test_the_ca_file_must_load_as_a_ca_bundle(tmp_path):
     pem = tmp_path / "ca.pem"
     trustme.CA().cert_pem.write_to_path(str(pem))
-    check_environment(load_config({**MINIMAL, "trainer.ca_file": str(pem)}), {})
+    check_environment(load_config({**WSS, "trainer.ca_file": str(pem)}), {})
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate\n")
     for path, reason in ((tmp_path / "missing.pem", "No such file or directory"), (garbage, "")):
-        config = load_config({**MINIMAL, "trainer.ca_file": str(path)})
+        config = load_config({**WSS, "trainer.ca_file": str(path)})
         expected = f"trainer.ca_file: got '{path}'; cannot load it as a CA bundle: {reason}"
         with pytest.raises(ConfigError, match=re.escape(expected)):
             check_environment(config, {})
+
+
+def test_a_ws_uri_needs_no_ca_file_even_when_the_params_file_names_one(tmp_path):
+    """A wss:// config pointed at a ws:// test trainer (``server_uri:=ws://...``) must start."""
+    missing = {**MINIMAL, "trainer.uri": "ws://localhost:8000", "trainer.ca_file": str(tmp_path / "lab-ca.pem")}
+    check_environment(load_config(missing), {})
+    with pytest.raises(ConfigError, match="trainer.ca_file: .*cannot load it as a CA bundle"):
+        check_environment(load_config({**missing, "trainer.uri": "wss://localhost:8443"}), {})

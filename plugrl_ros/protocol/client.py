@@ -77,11 +77,12 @@ class ClientSettings:
         """What would make every connection fail before it is tried: ``(setting, value, why)``, or None.
 
         An API-key variable that is named but not set, a CA file that does not
-        load. The key itself is never part of the answer.
+        load (only a ``wss://`` link uses one: a params file's ``ca_file`` must
+        not stop a ``ws://`` test link). The key itself is never part of the answer.
         """
         if self.api_key_env and not environ.get(self.api_key_env):
             return "api_key_env", self.api_key_env, f"the environment variable {self.api_key_env} is not set or empty"
-        if self.ca_file:
+        if self.ca_file and self.uri.startswith("wss://"):
             try:
                 ssl.create_default_context(cafile=self.ca_file)
             except (OSError, ssl.SSLError) as exc:

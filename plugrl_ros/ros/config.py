@@ -19,10 +19,7 @@ from plugrl_ros.ros.params import ConfigError, Section, nest
 from plugrl_ros.ros.sinks import ActionShaper, make_sink
 from plugrl_ros.ros.sources import TextSource, make_state_source, short_type_name
 
-QOS_CHOICES = ("sensor_data", "best_effort", "reliable")
-MODES = ("timer", "lockstep")
 REWARD_TYPES = ("std_msgs/Float32", "std_msgs/Float64")
-RESET_MODES = ("none", "service", "signal")
 RESET_SERVICE_TYPES = ("std_srvs/Trigger", "std_srvs/Empty")
 
 ROOT_KEYS = ("trainer", "envs", "control", "observations", "actions", "reward", "episode", "reset", "pause", "status")
@@ -57,8 +54,8 @@ class ImageConfig:
 
 @dataclass(frozen=True)
 class TextConfig:
-    prompt: str = ""
-    source: TopicConfig | None = None
+    prompt: str
+    source: TopicConfig | None
 
 
 @dataclass(frozen=True)
@@ -77,45 +74,45 @@ class ActionConfig:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    topic: str = ""  # "" = no reward topic: every step earns 0
-    type_name: str = "std_msgs/Float32"
-    mode: str = "sum"
-    qos: str = "reliable"
-    max_age_s: float = 0.0
-    sync: bool = False
+    topic: str  # "" = no reward topic: every step earns 0
+    type_name: str
+    mode: str
+    qos: str
+    max_age_s: float
+    sync: bool
 
 
 @dataclass(frozen=True)
 class EpisodeConfig:
-    terminated_topic: str = ""
-    truncated_topic: str = ""
-    success_topic: str = ""
-    qos: str = "reliable"
-    max_steps: int = 0
-    sync: bool = False  # the terminated/truncated topics publish once per action step
+    terminated_topic: str
+    truncated_topic: str
+    success_topic: str
+    qos: str
+    max_steps: int
+    sync: bool  # the terminated/truncated topics publish once per action step
 
 
 @dataclass(frozen=True)
 class ResetConfig:
-    mode: str = "none"
-    service: str = "reset"
-    service_type: str = "std_srvs/Trigger"
-    timeout_s: float = 10.0
-    retry_initial_s: float = 1.0
-    retry_max_s: float = 30.0
-    ready_topic: str = "ready"
+    mode: str
+    service: str
+    service_type: str
+    timeout_s: float
+    retry_initial_s: float
+    retry_max_s: float
+    ready_topic: str
 
 
 @dataclass(frozen=True)
 class ControlConfig:
-    mode: str = "timer"
-    rate_hz: float = 20.0
-    replan_steps: int = 0
-    action_horizon: int = 0
-    action_dim: int = 0
-    feedback_deadline_s: float = 30.0
-    batch_window_s: float = 0.02
-    env_timeout_s: float = 5.0
+    mode: str
+    rate_hz: float
+    replan_steps: int
+    action_horizon: int
+    action_dim: int
+    feedback_deadline_s: float
+    batch_window_s: float
+    env_timeout_s: float
 
     @property
     def period_s(self) -> float:
@@ -124,15 +121,15 @@ class ControlConfig:
 
 @dataclass(frozen=True)
 class PauseConfig:
-    topic: str = ""
-    start_paused: bool = False
-    max_age_s: float = 0.0  # > 0: the topic is a dead-man switch (silence pauses)
+    topic: str
+    start_paused: bool
+    max_age_s: float  # > 0: the topic is a dead-man switch (silence pauses)
 
 
 @dataclass(frozen=True)
 class StatusConfig:
-    diagnostics_period_s: float = 1.0
-    log_period_s: float = 10.0
+    diagnostics_period_s: float
+    log_period_s: float
 
 
 @dataclass(frozen=True)
@@ -169,9 +166,13 @@ def is_ros_owned(name: str) -> bool:
     return any(name == p or name.startswith(p) for p in _ROS_OWNED_PREFIXES)
 
 
-def load_config(flat: Mapping[str, Any]) -> BridgeConfig:
-    """Parse the node's parameters (dotted names) into a :class:`BridgeConfig`; ConfigError on mistakes."""
-    root = Section(nest({k: v for k, v in flat.items() if not is_ros_owned(k)}), "")
+def load_config(flat: Mapping[str, Any], used: dict[str, Any] | None = None) -> BridgeConfig:
+    """Parse the node's parameters (dotted names) into a :class:`BridgeConfig`; ConfigError on mistakes.
+
+    ``used``, if given, receives every key read with the value the bridge runs with
+    (given or default): what the node declares.
+    """
+    root = Section(nest({k: v for k, v in flat.items() if not is_ros_owned(k)}), "", used)
     root.check_known(ROOT_KEYS)
     if not root.names():
         raise ConfigError(
@@ -183,21 +184,21 @@ def load_config(flat: Mapping[str, Any]) -> BridgeConfig:
     trainer = root.section("trainer")
     client = ClientSettings(
         uri=_uri(trainer),
-        api_key_env=trainer.str("api_key_env", ""),
-        ca_file=trainer.str("ca_file", ""),
-        wait_for_next_run=trainer.bool("wait_for_next_run", False),
-        reconnect_initial_s=trainer.float("reconnect_initial_s", 0.5, positive=True),
-        reconnect_max_s=trainer.float("reconnect_max_s", 10.0, positive=True),
-        open_timeout_s=trainer.float("open_timeout_s", 10.0, positive=True),
+        api_key_env=trainer.str("api_key_env"),
+        ca_file=trainer.str("ca_file"),
+        wait_for_next_run=trainer.bool("wait_for_next_run"),
+        reconnect_initial_s=trainer.float("reconnect_initial_s"),
+        reconnect_max_s=trainer.float("reconnect_max_s"),
+        open_timeout_s=trainer.float("open_timeout_s"),
         max_frame_bytes=_frame_cap(trainer),
     )
     if client.reconnect_max_s < client.reconnect_initial_s:
         raise ConfigError(trainer.key("reconnect_max_s"), client.reconnect_max_s, "must be >= reconnect_initial_s")
-    use_reuse = trainer.bool("use_reuse", True)
-    text_format = trainer.str("text_format", "array", choices=("array", "list"))
+    use_reuse = trainer.bool("use_reuse")
+    text_format = trainer.str("text_format")
     trainer.finish()
 
-    envs = tuple(root.str_list("envs", [""], nonempty=True))
+    envs = tuple(root.str_list("envs", nonempty=True))
     for i, ns in enumerate(envs):
         if ns.strip() != ns or any(c in ns for c in " \t~{}"):
             raise ConfigError(f"envs[{i}]", ns, "a namespace like 'robot1' or '/lab/robot1' (or '' for none)")
@@ -218,17 +219,17 @@ def load_config(flat: Mapping[str, Any]) -> BridgeConfig:
     reset = _reset(root.section("reset"))
     pause_section = root.section("pause")
     pause = PauseConfig(
-        topic=_topic(pause_section, "topic", ""),
-        start_paused=pause_section.bool("start_paused", False),
-        max_age_s=pause_section.float("max_age_s", 0.0, minimum=0.0),
+        topic=_topic(pause_section, "topic"),
+        start_paused=pause_section.bool("start_paused"),
+        max_age_s=pause_section.float("max_age_s"),
     )
     pause_section.finish()
     if pause.max_age_s > 0 and not pause.topic:
         raise ConfigError(pause_section.key("max_age_s"), pause.max_age_s, "a dead-man switch needs pause.topic")
     status_section = root.section("status")
     status = StatusConfig(
-        diagnostics_period_s=status_section.float("diagnostics_period_s", 1.0, positive=True),
-        log_period_s=status_section.float("log_period_s", 10.0, minimum=0.0),
+        diagnostics_period_s=status_section.float("diagnostics_period_s"),
+        log_period_s=status_section.float("log_period_s"),
     )
     status_section.finish()
     root.finish()
@@ -266,59 +267,59 @@ def check_environment(config: BridgeConfig, environ: Mapping[str, str]) -> None:
 
 
 def _frame_cap(section: Section) -> int | None:
-    megabytes = section.float("max_frame_mb", 0.0, minimum=0.0)
+    megabytes = section.float("max_frame_mb")
     if 0 < megabytes < 4:
         raise ConfigError(section.key("max_frame_mb"), megabytes, "0 (no limit) or at least 4 (metadata may be MiBs)")
     return int(megabytes * 2**20) if megabytes else None
 
 
 def _uri(section: Section) -> str:
-    uri = section.str("uri", "ws://localhost:8000")
+    uri = section.str("uri")
     if not uri.startswith(("ws://", "wss://")) or len(uri) <= len("wss://"):
         raise ConfigError(section.key("uri"), uri, "a ws:// or wss:// URI, e.g. ws://192.168.1.10:8000")
     return uri
 
 
-def _topic(section: Section, name: str, default: Any = ...) -> str:
-    topic = section.str(name) if default is ... else section.str(name, default)
+def _topic(section: Section, name: str) -> str:
+    topic = section.str(name)
     if topic and (any(c in topic for c in " \t{}") or topic.endswith("/")):
         raise ConfigError(section.key(name), topic, "a ROS topic name like 'joint_states' or '/camera/image_raw'")
     return topic
 
 
-def _type_name(section: Section, name: str, default: str, choices: tuple[str, ...], kind: str) -> str:
+def _type_name(section: Section, name: str, choices: tuple[str, ...], kind: str) -> str:
     """An interface type among ``choices``, written "pkg/Type" or "pkg/<kind>/Type"."""
-    value = short_type_name(section.str(name, default), kind)
+    value = short_type_name(section.str(name), kind)
     if value not in choices:
         raise ConfigError(section.key(name), section.str(name), f"allowed: {', '.join(choices)}")
     return value
 
 
-def _qos(section: Section, default: str) -> str:
-    return section.str("qos", default, choices=QOS_CHOICES)
+def _qos(section: Section) -> str:
+    return section.str("qos")
 
 
 def _control(section: Section) -> ControlConfig:
     control = ControlConfig(
-        mode=section.str("mode", "timer", choices=MODES),
-        rate_hz=section.float("rate_hz", 20.0, positive=True, maximum=2000.0),
-        replan_steps=section.int("replan_steps", 0, minimum=0),
-        action_horizon=section.int("action_horizon", 0, minimum=0),
-        action_dim=section.int("action_dim", 0, minimum=0),
-        feedback_deadline_s=section.float("feedback_deadline_s", 30.0, positive=True, maximum=55.0),
-        batch_window_s=section.float("batch_window_s", 0.02, minimum=0.0, maximum=5.0),
-        env_timeout_s=section.float("env_timeout_s", 5.0, minimum=0.0),
+        mode=section.str("mode"),
+        rate_hz=section.float("rate_hz"),
+        replan_steps=section.int("replan_steps"),
+        action_horizon=section.int("action_horizon"),
+        action_dim=section.int("action_dim"),
+        feedback_deadline_s=section.float("feedback_deadline_s"),
+        batch_window_s=section.float("batch_window_s"),
+        env_timeout_s=section.float("env_timeout_s"),
     )
     section.finish()
     return control
 
 
-def _subscription(section: Section, make: Callable[[str, Section], Any], default_age: float) -> TopicConfig:
+def _subscription(section: Section, make: Callable[[str, Section], Any]) -> TopicConfig:
     topic = _topic(section, "topic")
     type_name = section.str("type")
-    qos = _qos(section, "sensor_data")
-    max_age_s = section.float("max_age_s", default_age, minimum=0.0)
-    sync = section.bool("sync", False)
+    qos = _qos(section)
+    max_age_s = section.float("max_age_s")
+    sync = section.bool("sync")
     converter = make(type_name, section)
     section.finish()
     return TopicConfig(section.prefix, topic, type_name, qos, max_age_s, converter, sync)
@@ -327,7 +328,7 @@ def _subscription(section: Section, make: Callable[[str, Section], Any], default
 def _images(section: Section) -> tuple[ImageConfig, ...]:
     images = []
     for name in section.names():
-        images.append(ImageConfig(name, _subscription(section.section(name), make_image_source, 1.0)))
+        images.append(ImageConfig(name, _subscription(section.section(name), make_image_source)))
     section.finish()
     return tuple(images)
 
@@ -341,29 +342,29 @@ def _states(section: Section) -> tuple[StateConfig, ...]:
             if len(set(part_names)) != len(part_names):
                 raise ConfigError(state.key("parts"), part_names, "part names must be unique")
             parts = tuple(
-                _subscription(state.section(part, required=True), make_state_source, 1.0) for part in part_names
+                _subscription(state.section(part, required=True), make_state_source) for part in part_names
             )
             state.finish()
         else:
-            parts = (_subscription(state, make_state_source, 1.0),)
+            parts = (_subscription(state, make_state_source),)
         states.append(StateConfig(name, parts))
     section.finish()
     return tuple(states)
 
 
 def _text(section: Section) -> TextConfig:
-    prompt = section.str("prompt", "")
-    topic = _topic(section, "topic", "")
+    prompt = section.str("prompt")
+    topic = _topic(section, "topic")
     source = None
     if topic:
         source = TopicConfig(
             section.key("topic"),
             topic,
             "std_msgs/String",
-            _qos(section, "reliable"),
-            section.float("max_age_s", 0.0, minimum=0.0),
+            _qos(section),
+            section.float("max_age_s"),
             TextSource(),
-            section.bool("sync", False),
+            section.bool("sync"),
         )
         if prompt:
             raise ConfigError(section.key("prompt"), prompt, "give either a fixed prompt or a topic, not both")
@@ -377,7 +378,7 @@ def _actions(section: Section, period_s: float) -> tuple[ActionConfig, ...]:
         action = section.section(name)
         topic = _topic(action, "topic")
         type_name = action.str("type")
-        qos = _qos(action, "reliable")
+        qos = _qos(action)
         sink = make_sink(type_name, action, period_s)
         shaper = ActionShaper.from_section(action, sink.width)
         action.finish()
@@ -400,12 +401,12 @@ def _shaper(values: dict, prefix: str, width: int) -> ActionShaper:
 
 def _reward(section: Section) -> RewardConfig:
     reward = RewardConfig(
-        topic=_topic(section, "topic", ""),
-        type_name=_type_name(section, "type", "std_msgs/Float32", REWARD_TYPES, "msg"),
-        mode=section.str("mode", "sum", choices=("sum", "latest")),
-        qos=_qos(section, "reliable"),
-        max_age_s=section.float("max_age_s", 0.0, minimum=0.0),
-        sync=section.bool("sync", False),
+        topic=_topic(section, "topic"),
+        type_name=_type_name(section, "type", REWARD_TYPES, "msg"),
+        mode=section.str("mode"),
+        qos=_qos(section),
+        max_age_s=section.float("max_age_s"),
+        sync=section.bool("sync"),
     )
     section.finish()
     return reward
@@ -413,12 +414,12 @@ def _reward(section: Section) -> RewardConfig:
 
 def _episode(section: Section) -> EpisodeConfig:
     episode = EpisodeConfig(
-        terminated_topic=_topic(section, "terminated_topic", ""),
-        truncated_topic=_topic(section, "truncated_topic", ""),
-        success_topic=_topic(section, "success_topic", ""),
-        qos=_qos(section, "reliable"),
-        max_steps=section.int("max_steps", 0, minimum=0),
-        sync=section.bool("sync", False),
+        terminated_topic=_topic(section, "terminated_topic"),
+        truncated_topic=_topic(section, "truncated_topic"),
+        success_topic=_topic(section, "success_topic"),
+        qos=_qos(section),
+        max_steps=section.int("max_steps"),
+        sync=section.bool("sync"),
     )
     section.finish()
     return episode
@@ -426,13 +427,13 @@ def _episode(section: Section) -> EpisodeConfig:
 
 def _reset(section: Section) -> ResetConfig:
     reset = ResetConfig(
-        mode=section.str("mode", "none", choices=RESET_MODES),
-        service=_topic(section, "service", "reset"),
-        service_type=_type_name(section, "service_type", "std_srvs/Trigger", RESET_SERVICE_TYPES, "srv"),
-        timeout_s=section.float("timeout_s", 10.0, positive=True),
-        retry_initial_s=section.float("retry_initial_s", 1.0, positive=True),
-        retry_max_s=section.float("retry_max_s", 30.0, positive=True),
-        ready_topic=_topic(section, "ready_topic", "ready"),
+        mode=section.str("mode"),
+        service=_topic(section, "service"),
+        service_type=_type_name(section, "service_type", RESET_SERVICE_TYPES, "srv"),
+        timeout_s=section.float("timeout_s"),
+        retry_initial_s=section.float("retry_initial_s"),
+        retry_max_s=section.float("retry_max_s"),
+        ready_topic=_topic(section, "ready_topic"),
     )
     section.finish()
     if reset.mode == "service" and not reset.service:

@@ -92,7 +92,7 @@ class _Shaping:
                     section.key("resize"), [height, width], "expected [height, width], both greater than 0"
                 )
             resize = (height, width)
-        channels = section.int("channels", 3)
+        channels = section.int("channels")
         if channels not in (1, 3):
             raise ConfigError(section.key("channels"), channels, "allowed: 3 (RGB) or 1 (gray)")
         return cls(crop, resize, channels)
@@ -153,7 +153,7 @@ class RawImageSource:
 
     def __init__(self, section: Section) -> None:
         self.shaping = _Shaping.from_section(section)
-        self.depth_scale = section.float("depth_scale", 1.0, positive=True)
+        self.depth_scale = section.float("depth_scale")
         self.costly = self.shaping.resize is not None
 
     def _pixels(self, msg: Image, enc: _Encoding, data: np.ndarray) -> np.ndarray:

@@ -5,7 +5,10 @@ into nested dicts and hands each section to the code that understands it.
 A :class:`Section` is that code's view: typed getters that coerce what is
 safe to coerce (an int where a float is wanted) and otherwise raise a
 :class:`ConfigError` with the full dotted key, the value given and what is
-allowed. :meth:`Section.finish` then rejects any key nobody read, so a typo
+allowed. Each key's default, range and choices come from its declaration
+(:mod:`plugrl_ros.ros.declarations`), and every value read is recorded
+(:attr:`Section.used`) so the node can declare the configuration it runs
+with. :meth:`Section.finish` then rejects any key nobody read, so a typo
 fails at startup instead of being silently ignored.
 """
 
@@ -15,6 +18,8 @@ import difflib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from plugrl_ros.ros.declarations import PER_TYPE, Spec, spec_for
 
 _MISSING: Any = object()
 
@@ -38,10 +43,11 @@ class ConfigError(Exception):
 class Section:
     """The parameters under one dotted prefix, read through typed getters."""
 
-    def __init__(self, values: Mapping[str, Any], prefix: str) -> None:
+    def __init__(self, values: Mapping[str, Any], prefix: str, used: dict[str, Any] | None = None) -> None:
         self._values = dict(values)
         self.prefix = prefix
         self._read: set[str] = set()
+        self.used: dict[str, Any] = {} if used is None else used  # dotted key -> value read (shared by subsections)
 
     def key(self, name: str) -> str:
         return f"{self.prefix}.{name}" if self.prefix else name
@@ -56,60 +62,69 @@ class Section:
         """A copy of this section's raw values (to build another reader over them)."""
         return dict(self._values)
 
-    def _get(self, name: str, default: Any) -> Any:
+    def _get(self, name: str, default: Any, kind: str) -> tuple[Any, Spec]:
+        """The value of ``name`` (given, else ``default`` for a per-type key, else the declared one) and its Spec."""
+        key = self.key(name)
+        spec = spec_for(key)
+        assert spec is not None, f"{key} is read but not declared in plugrl_ros.ros.declarations"
+        assert spec.kind == kind, f"{key} is declared as {spec.kind} but read as {kind}"
+        assert default is _MISSING or spec.default is PER_TYPE, f"{key}: its default belongs in its declaration"
         self._read.add(name)
         value = self._values.get(name, _MISSING)
-        if value is _MISSING and default is _MISSING:
-            raise ConfigError(self.key(name), _MISSING, "this key is required")
-        return default if value is _MISSING else value
+        if value is _MISSING:
+            if default is not _MISSING:
+                value = default
+            elif spec.has_default:
+                value = list(spec.default) if isinstance(spec.default, list) else spec.default
+            else:
+                raise ConfigError(key, _MISSING, "this key is required")
+        self.used[key] = value
+        return value, spec
 
     def section(self, name: str, required: bool = False) -> Section:
         """A nested section (``{}`` if absent and not required)."""
-        value = self._get(name, _MISSING if required else {})
+        self._read.add(name)
+        value = self._values.get(name, _MISSING if required else {})
+        if value is _MISSING:
+            raise ConfigError(self.key(name), _MISSING, "this key is required")
         if not isinstance(value, Mapping):
             raise ConfigError(self.key(name), value, "expected a map of keys")
-        return Section(value, self.key(name))
+        return Section(value, self.key(name), self.used)
 
     def str(self, name: str, default: Any = _MISSING, choices: Sequence[str] | None = None) -> str:
-        value = self._get(name, default)
+        value, spec = self._get(name, default, "str")
         if not isinstance(value, str):
             raise ConfigError(self.key(name), value, "expected a string")
-        if choices is not None and value not in choices:
+        choices = choices or spec.choices
+        if choices and value not in choices:
             raise ConfigError(self.key(name), value, f"allowed: {', '.join(choices)}")
         return value
 
     def bool(self, name: str, default: Any = _MISSING) -> bool:
-        value = self._get(name, default)
+        value, _ = self._get(name, default, "bool")
         if not isinstance(value, bool):
             raise ConfigError(self.key(name), value, "expected true or false")
         return value
 
-    def int(self, name: str, default: Any = _MISSING, minimum: int | None = None, maximum: int | None = None) -> int:
-        value = self._get(name, default)
+    def int(self, name: str, default: Any = _MISSING) -> int:
+        """An integer within its declared range."""
+        value, spec = self._get(name, default, "int")
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(self.key(name), value, "expected an integer")
-        _check_range(self.key(name), value, minimum, maximum)
+        _check_range(self.key(name), value, spec)
         return value
 
-    def float(
-        self,
-        name: str,
-        default: Any = _MISSING,
-        minimum: float | None = None,
-        maximum: float | None = None,
-        positive: bool = False,
-    ) -> float:
-        value = self._get(name, default)
+    def float(self, name: str, default: Any = _MISSING) -> float:
+        """A finite number (an integer is taken as one) within its declared range."""
+        value, spec = self._get(name, default, "float")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ConfigError(self.key(name), value, "expected a finite number")
         value = float(value)
-        if positive and value <= 0:
-            raise ConfigError(self.key(name), value, "must be greater than 0")
-        _check_range(self.key(name), value, minimum, maximum)
+        _check_range(self.key(name), value, spec)
         return value
 
     def str_list(self, name: str, default: Any = _MISSING, nonempty: bool = False) -> list[str]:
-        value = self._get(name, default)
+        value, _ = self._get(name, default, "str list")
         if isinstance(value, str) or not isinstance(value, Iterable):
             raise ConfigError(self.key(name), value, "expected a list of strings")
         items = list(value)
@@ -121,7 +136,7 @@ class Section:
 
     def float_list(self, name: str, default: Any = _MISSING, length: int | None = None) -> list[float]:
         """A list of numbers; a single number is accepted and repeated ``length`` times."""
-        value = self._get(name, default)
+        value, _ = self._get(name, default, "float or float list")
         if isinstance(value, (int, float)) and not isinstance(value, bool) and length is not None:
             value = [value] * length
         if isinstance(value, str) or not isinstance(value, Iterable):
@@ -134,7 +149,7 @@ class Section:
         return [float(v) for v in items]
 
     def int_list(self, name: str, default: Any = _MISSING, length: int | None = None) -> list[int]:
-        value = self._get(name, default)
+        value, _ = self._get(name, default, "int list")
         if isinstance(value, str) or not isinstance(value, Iterable):
             raise ConfigError(self.key(name), value, "expected a list of integers")
         items = list(value)
@@ -162,11 +177,13 @@ class Section:
             )
 
 
-def _check_range(key: str, value: float, minimum: float | None, maximum: float | None) -> None:
-    if minimum is not None and value < minimum:
-        raise ConfigError(key, value, f"must be at least {minimum}")
-    if maximum is not None and value > maximum:
-        raise ConfigError(key, value, f"must be at most {maximum}")
+def _check_range(key: str, value: float, spec: Spec) -> None:
+    if spec.positive and value <= 0:
+        raise ConfigError(key, value, "must be greater than 0")
+    if spec.minimum is not None and value < spec.minimum:
+        raise ConfigError(key, value, f"must be at least {spec.minimum}")
+    if spec.maximum is not None and value > spec.maximum:
+        raise ConfigError(key, value, f"must be at most {spec.maximum}")
 
 
 def nest(flat: Mapping[str, Any]) -> dict[str, Any]:

@@ -139,7 +139,7 @@ class TwistStampedSink(TwistSink):
 
     def __init__(self, section: Section, period_s: float) -> None:
         super().__init__(section, period_s)
-        self.frame_id = section.str("frame_id", "")
+        self.frame_id = section.str("frame_id")
 
     def build(self, values: np.ndarray, stamp: Time) -> TwistStamped:
         msg = TwistStamped()
@@ -228,8 +228,8 @@ class ActionShaper:
                 [start, stop],
                 f"stop - start must be {width}, the number of values this sink takes",
             )
-        scale = np.array(section.float_list("scale", 1.0, length=width), dtype=np.float64)
-        offset = np.array(section.float_list("offset", 0.0, length=width), dtype=np.float64)
+        scale = np.array(section.float_list("scale", length=width), dtype=np.float64)
+        offset = np.array(section.float_list("offset", length=width), dtype=np.float64)
         low = _optional_list(section, "min", width)
         high = _optional_list(section, "max", width)
         if low is not None and high is not None and np.any(low > high):
@@ -240,7 +240,7 @@ class ActionShaper:
         max_delta = _optional_list(section, "max_delta", width)
         if max_delta is not None and np.any(max_delta <= 0):
             raise ConfigError(section.key("max_delta"), max_delta.tolist(), "every value must be greater than 0")
-        idle = section.str("idle", "hold", choices=IDLE_CHOICES)
+        idle = section.str("idle")
         return cls(
             start=start, stop=stop, scale=scale, offset=offset, low=low, high=high, max_delta=max_delta, idle=idle
         )
