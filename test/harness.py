@@ -116,3 +116,28 @@ def launch_arguments(launch_file: Path) -> set[str]:
         and getattr(node.func, "id", "") == "DeclareLaunchArgument"
         and isinstance(node.args[0], ast.Constant)
     }
+
+
+def launch_params_file(path: Path, node_name: str, params: dict) -> Path:
+    """The params file launch_ros writes for ``Node(name=..., parameters=[params])``, at ``path``.
+
+    As launch_ros.actions.Node does it: nested dicts flattened to dotted names
+    and lists made tuples (normalize_parameters), then
+    ``yaml.dump({node: {"ros__parameters": ...}}, default_flow_style=False)``,
+    so every list comes out as a ``!!python/tuple`` block.
+    """
+    import yaml
+
+    def flat(tree: dict, prefix: str = "") -> dict:
+        out: dict = {}
+        for name, value in tree.items():
+            key = f"{prefix}.{name}" if prefix else name
+            if isinstance(value, dict):
+                out.update(flat(value, key))
+            else:
+                out[key] = tuple(value) if isinstance(value, list) else value
+        return out
+
+    with open(path, "w") as stream:
+        yaml.dump({node_name: {"ros__parameters": flat(params)}}, stream, default_flow_style=False)
+    return path

@@ -30,7 +30,7 @@ import pytest
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
-from harness import Child, process, python_module
+from harness import Child, launch_params_file, process, python_module
 from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
@@ -468,7 +468,7 @@ def test_a_bad_config_exits_2_naming_the_key_the_value_and_what_is_allowed(
         pytest.param(
             "/**:\n  ros__parameters:\n    control: {rate_hz: [1\n",
             (),
-            "--params-file: got '{path}'; not valid YAML: while parsing a flow sequence",
+            "--params-file: got '{path}'; not valid YAML near line 3",
             id="broken-yaml",
         ),
         pytest.param(
@@ -516,6 +516,18 @@ def test_what_ros_2_accepts_starts_the_bridge_with_the_values_given(tmp_path):
         wait_until(lambda: "env(s)" in child.output() or child.proc.poll() is not None, 30, "the bridge starting")
         assert child.proc.poll() is None, child.output()
         assert "mode timer at 100 Hz" in child.output(), "the nested section's 1e2 did not arrive"
+        assert child.stop() == 0
+
+
+def test_a_launch_files_inline_parameters_start_the_bridge(tmp_path):
+    """The params file launch_ros writes for ``parameters=[{...}]``: lists as ``!!python/tuple``, dotted names."""
+    params = bridge_params("ws://127.0.0.1:9", **merged(VALID, {"envs": ["robot1", "robot2"]}))
+    path = launch_params_file(tmp_path / "launch_params_test", "/plugrl_bridge", params)
+    assert "!!python/tuple" in path.read_text()
+    with process([*BRIDGE, "--ros-args", "-r", "__node:=plugrl_bridge", "--params-file", str(path)]) as child:
+        wait_until(lambda: "env(s)" in child.output() or child.proc.poll() is not None, 30, "the bridge starting")
+        assert child.proc.poll() is None, child.output()
+        assert "2 env(s): robot1, robot2" in child.output()
         assert child.stop() == 0
 
 

@@ -83,5 +83,5 @@ def test_a_ws_uri_needs_no_ca_file_even_when_the_params_file_names_one(tmp_path)
     """A wss:// config pointed at a ws:// test trainer (``server_uri:=ws://...``) must start."""
     missing = {**MINIMAL, "trainer.uri": "ws://localhost:8000", "trainer.ca_file": str(tmp_path / "lab-ca.pem")}
     check_environment(load_config(missing), {})
-    with pytest.raises(ConfigError, match="trainer.ca_file: .*cannot load it as a CA bundle"):
+    with pytest.raises(ConfigError, match=r"trainer\.ca_file: .*cannot load it as a CA bundle"):
         check_environment(load_config({**missing, "trainer.uri": "wss://localhost:8443"}), {})

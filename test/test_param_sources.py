@@ -1,94 +1,215 @@
-"""The command line's params files and overrides, read before ROS 2 reads them (pure: no ROS here)."""
+"""The parameter layer against rclpy's own parsing: what rcl reads, refuses or drops, named by key.
+
+Every case goes through real rcl (``rclpy.init`` in a context of its own and
+a node whose overrides rcl fills): the bridge never reads a params file's
+values itself, so these tests check what users' files and ``-p`` overrides
+become, including the files launch_ros writes.
+"""
 
 from __future__ import annotations
 
-import array
-import math
-import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import rclpy
+from harness import launch_params_file
+from rcl_interfaces.msg import ParameterType
+from rclpy.context import Context
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.signals import SignalHandlerOptions
 
-from plugrl_ros.ros.param_sources import (
-    ParamSource,
-    check_arrival,
-    check_for_node,
-    has_empty_list,
-    node_pattern_matches,
-    read_param_sources,
-    ros_scalar,
-)
+from plugrl_ros.ros.config import BridgeConfig
+from plugrl_ros.ros.node_parameters import configure
+from plugrl_ros.ros.param_sources import explain_refusal, override_rules, params_files
 from plugrl_ros.ros.params import ConfigError
 
-FILE = "/**:\n  ros__parameters:\n    control:\n      rate_hz: 20.0\n    envs: [a, b]\n"
+# observations and actions only: each test adds the keys it is about
+BASE = """\
+/**:
+  ros__parameters:
+    observations:
+      states:
+        pos: {topic: state, type: std_msgs/Float64MultiArray}
+    actions:
+      arm: {topic: cmd, type: std_msgs/Float64MultiArray, slice: [0, 2]}
+"""
 
 
-def params_file(tmp_path: Path, text: str = FILE, name: str = "bridge.yaml") -> str:
+def params_file(tmp_path: Path, text: str = BASE, name: str = "bridge.yaml") -> str:
     path = tmp_path / name
     path.write_text(text)
     return str(path)
 
 
+def with_keys(**flat: str) -> str:
+    """BASE plus dotted keys (``control__rate_hz="1e3"``) written as they are, as launch_ros writes names."""
+    return BASE + "".join(f"    {name.replace('__', '.')}: {text}\n" for name, text in flat.items())
+
+
+@contextmanager
+def rcl_node(*ros_args: str) -> Iterator[tuple[Node, list[str]]]:
+    """The bridge's node name given ``ros_args`` exactly as ``ros2 run`` passes them, in a context of its own."""
+    argv = ["bridge", "--ros-args", *ros_args]
+    context = Context()
+    rclpy.init(args=argv, context=context, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        node = Node("plugrl_bridge", context=context, enable_rosout=False, start_parameter_services=False)
+        try:
+            yield node, argv
+        finally:
+            node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)
+
+
+def declared(*ros_args: str) -> tuple[BridgeConfig, dict[str, Parameter]]:
+    """The configuration, and every parameter the node then has (name -> Parameter)."""
+    with rcl_node(*ros_args) as (node, argv):
+        config = configure(node, argv)
+        names = node.list_parameters([], 0).names
+        return config, {p.name: p for p in node.get_parameters(names)}
+
+
+def refused(*ros_args: str) -> ConfigError:
+    """The error the bridge reports for ``ros_args``: from rcl's refusal, or from the node's check."""
+    try:
+        with rcl_node(*ros_args) as (node, argv):
+            with pytest.raises(ConfigError) as error:
+                configure(node, argv)
+            return error.value
+    except RuntimeError as exc:  # rclpy.init: rcl refused the command line
+        explained = explain_refusal(str(exc))
+        assert explained is not None, str(exc)
+        return explained
+
+
+# -- values as rcl types them --------------------------------------------------------------------
+
+
 @pytest.mark.parametrize(
-    ("pattern", "fqn", "applies"),
+    ("key", "text", "value"),
     [
-        ("/**", "/plugrl_bridge", True),
-        ("/**", "/lab/robots/plugrl_bridge", True),
-        ("plugrl_bridge", "/plugrl_bridge", True),
-        ("/plugrl_bridge", "/plugrl_bridge", True),
-        ("plugrl_bridge", "/lab/plugrl_bridge", False),
-        ("/lab/plugrl_bridge", "/lab/plugrl_bridge", True),
-        ("/**/plugrl_bridge", "/plugrl_bridge", True),
-        ("/**/plugrl_bridge", "/a/b/plugrl_bridge", True),
-        ("/*/plugrl_bridge", "/lab/plugrl_bridge", True),
-        ("/*/plugrl_bridge", "/plugrl_bridge", False),
-        ("/lab/*", "/lab/plugrl_bridge", True),
-        ("plugrl_*", "/plugrl_bridge", True),
-        ("bridge", "/plugrl_bridge", False),
-        ("/**/other", "/lab/plugrl_bridge", False),
+        ("control.rate_hz", "1e3", 1000.0),
+        ("control.rate_hz", "25", 25.0),  # an integer where a float is wanted is taken
+        ("control.batch_window_s", "1e-3", 0.001),
+        ("episode.max_steps", "010", 8),  # octal, as rcl reads it
+        ("episode.max_steps", "0x10", 16),
+        ("pause.start_paused", "y", True),
+        ("pause.start_paused", "Off", False),
+        ("trainer.use_reuse", "n", False),
+        ("trainer.api_key_env", "null", "null"),  # text to rcl, not a missing value
+        ("trainer.api_key_env", "~", "~"),
+        ("trainer.api_key_env", "'5'", "5"),
+        ("trainer.uri", '"ws://h:1"', "ws://h:1"),
     ],
 )
-def test_node_sections_match_as_ros_2_matches_them(pattern, fqn, applies):
-    assert node_pattern_matches(pattern, fqn) is applies
+def test_values_are_taken_as_rcl_types_them_from_a_file_and_from_an_override(tmp_path, key, text, value):
+    from_file = declared("--params-file", params_file(tmp_path, with_keys(**{key.replace(".", "__"): text})))[1]
+    from_override = declared("--params-file", params_file(tmp_path), "-p", f"{key}:={text}")[1]
+    for parameters in (from_file, from_override):
+        got = parameters[key].value
+        assert type(got) is type(value) and got == value
 
 
-def test_files_and_overrides_are_read_in_command_line_order_and_only_inside_ros_args(tmp_path):
-    path = params_file(tmp_path)
-    argv = ["bridge", "-p", "ignored:=1", "--ros-args", "--params-file", path, "-p", "control.rate_hz:=50"]
-    argv += ["--param", "plugrl_bridge:trainer:={uri: 'ws://h:1', use_reuse: false}", "--", "-p", "after:=2"]
-    sources = read_param_sources(argv)
-    assert sources == [
-        ParamSource(path, "/**", {"control.rate_hz": 20.0, "envs": ["a", "b"]}, from_file=True),
-        ParamSource("-p control.rate_hz:=50", None, {"control.rate_hz": 50}),
-        ParamSource(
-            "--param plugrl_bridge:trainer:={uri: 'ws://h:1', use_reuse: false}",
-            "plugrl_bridge",
-            {"trainer.uri": "ws://h:1", "trainer.use_reuse": False},
-        ),
-    ]
+@pytest.mark.parametrize(
+    ("key", "text", "says"),
+    [
+        ("control.rate_hz", "1e400", "control.rate_hz: got '1e400'; expected a finite number"),  # rcl keeps the text
+        ("control.rate_hz", "tRUE", "control.rate_hz: got 'tRUE'; expected a finite number"),
+        ("control.rate_hz", "-.inf", "control.rate_hz: got -inf; expected a finite number"),
+        ("episode.max_steps", "1_000", "episode.max_steps: got '1_000'; expected an integer"),
+        ("trainer.uri", "2001-12-14", "trainer.uri: got '2001-12-14'; a ws:// or wss:// URI"),
+        ("pause.start_paused", "1", "pause.start_paused: got 1; expected true or false"),
+    ],
+)
+def test_a_spelling_rcl_reads_as_another_type_is_named(tmp_path, key, text, says):
+    error = refused("--params-file", params_file(tmp_path, with_keys(**{key.replace(".", "__"): text})))
+    assert says in str(error)
+
+
+def test_every_key_read_is_declared_read_only_with_its_type_and_the_value_it_runs_with(tmp_path):
+    config, parameters = declared("--params-file", params_file(tmp_path, with_keys(control__rate_hz="50")))
+    assert config.control.rate_hz == 50.0
+    assert parameters["control.rate_hz"].type_ == Parameter.Type.DOUBLE and parameters["control.rate_hz"].value == 50.0
+    assert parameters["actions.arm.idle"].value == "hold"  # a default of a user-named section
+    assert parameters["actions.arm.slice"].type_ == Parameter.Type.INTEGER_ARRAY
+    assert list(parameters["envs"].value) == [""]
+    assert parameters["observations.states.pos.qos"].value == "sensor_data"
+    assert "use_sim_time" in parameters  # rclpy's own, left to it
+    with rcl_node("--params-file", params_file(tmp_path)) as (node, argv):
+        configure(node, argv)
+        [rate] = node.describe_parameters(["control.rate_hz"])
+        assert rate.read_only and rate.type == ParameterType.PARAMETER_DOUBLE
+        assert rate.floating_point_range[0].from_value == 0.0 and rate.floating_point_range[0].to_value == 2000.0
+        assert "control rate" in rate.description
+        [mode] = node.describe_parameters(["control.mode"])
+        assert mode.additional_constraints == "one of: timer, lockstep"
+        [steps] = node.describe_parameters(["episode.max_steps"])
+        assert steps.integer_range[0].from_value == 0
+        [result] = node.set_parameters([Parameter("control.rate_hz", value=50.0)])
+        assert not result.successful and "read-only" in result.reason
+        assert node.get_parameter("control.rate_hz").value == 20.0
+
+
+# -- launch files ---------------------------------------------------------------------------------
+
+
+LAUNCH_PARAMS = {
+    "envs": ["robot1", "robot2"],
+    "control": {"rate_hz": 30.0},
+    "observations": {
+        "states": {"joints": {"topic": "joint_states", "type": "sensor_msgs/JointState", "joints": ["j1", "j2"]}}
+    },
+    "actions": {"arm": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 2], "max": [1.0, 2.0]}},
+}
+
+
+def test_a_launch_files_inline_parameters_with_python_tuple_lists_are_taken(tmp_path):
+    path = launch_params_file(tmp_path / "launch_params_x", "/plugrl_bridge", LAUNCH_PARAMS)
+    assert "!!python/tuple" in path.read_text()
+    config, parameters = declared("--params-file", str(path))
+    assert config.envs == ("robot1", "robot2")
+    assert config.states[0].parts[0].converter.joints == ("j1", "j2")
+    assert (config.actions[0].start, config.actions[0].stop) == (0, 2)
+    assert list(parameters["actions.arm.max"].value) == [1.0, 2.0]
+    assert config.control.rate_hz == 30.0
+
+
+def test_a_launch_file_list_rcl_cannot_type_is_named_in_the_file_launch_wrote(tmp_path):
+    params = {**LAUNCH_PARAMS, "actions": {"arm": {**LAUNCH_PARAMS["actions"]["arm"], "max": [1, 2.5]}}}
+    path = launch_params_file(tmp_path / "launch_params_x", "/plugrl_bridge", params)
+    error = refused("--params-file", str(path))
+    assert error.key == "actions.arm.max"
+    assert "one type per list" in str(error) and str(path) in str(error)
+
+
+# -- what rcl refuses, named ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("text", "key", "says"),
     [
-        ("/**:\n  ros__parameters:\n    a:\n      b: [1, 2.5]\n", "a.b", "write every number with a decimal point"),
-        ("/**:\n  ros__parameters:\n    a: [x, 1]\n", "a", "this one mixes int, string"),
-        ("/**:\n  ros__parameters:\n    a: [[1.0], [2.0]]\n", "a", "only numbers, strings or true/false"),
-        ("/**:\n  ros__parameters:\n    trainer:\n      ca_file:\n", "trainer.ca_file", "the key has no value"),
+        (BASE + "    a:\n      b: [1, 2.5]\n", "a.b", "write every number with a decimal point"),
+        (BASE + "    a: [x, 1]\n", "a", "one type per list"),
+        (BASE + "    a: [x, y, theta]\n", "a", "(y, n, yes, no, on, off)"),
+        (BASE + "    a: !!python/tuple\n    - x\n    - y\n", "a", "one type per list"),
+        (BASE + "    a: [[1.0], [2.0]]\n", "a", "only numbers, strings or true/false"),
+        (BASE + "    trainer:\n      ca_file:\n", "trainer.ca_file", "the key has no value"),
         ("/**:\n  parameters:\n    a: 1\n", "/**", "did you mean 'ros__parameters' for 'parameters'?"),
         ("/**:\n  ros_parameters:\n    a: {b: 1}\n", "/**", "did you mean 'ros__parameters' for 'ros_parameters'?"),
         ("lab:\n  bridge:\n    a: 1\n", "lab/bridge", "a node section must hold 'ros__parameters:'"),
-        ("/**:\n  ros__parameters:\n    a: [x, y, theta]\n", "a", "reads y, n, yes, no, on, off as true/false"),
         ("/**: 3\n", "/**", "a node section must hold 'ros__parameters:'"),
         ("- a\n- b\n", "--params-file", "expected node sections"),
         ("/**:\n  ros__parameters: {a: [1\n", "--params-file", "not valid YAML"),
     ],
 )
-def test_what_ros_2_would_refuse_without_naming_it_is_named(tmp_path, text, key, says):
-    with pytest.raises(ConfigError) as error:
-        read_param_sources(["bridge", "--ros-args", "--params-file", params_file(tmp_path, text)])
-    assert error.value.key == key
-    assert says in str(error.value)
+def test_what_rcl_refuses_in_a_file_is_named_by_key(tmp_path, text, key, says):
+    error = refused("--params-file", params_file(tmp_path, text))
+    assert error.key == key
+    assert says in str(error)
 
 
 @pytest.mark.parametrize(
@@ -96,126 +217,88 @@ def test_what_ros_2_would_refuse_without_naming_it_is_named(tmp_path, text, key,
     [
         ("a:=[1, 2.5]", "a", "write every number with a decimal point"),
         ("a:=", "a", "the key has no value"),
-        ("a:={b: [1, 2.5]}", "a.b", "write every number with a decimal point"),
+        ("trainer:={uri: 'ws://h:1'}", "trainer", "set each key of a map by its dotted name"),
         ("a:=[1", "a", "not valid YAML"),
         ("a=1", "-p", "expected name:=value"),
     ],
 )
-def test_overrides_are_checked_like_files(rule, key, says):
-    with pytest.raises(ConfigError) as error:
-        read_param_sources(["bridge", "--ros-args", "-p", rule])
-    assert error.value.key == key
-    assert says in str(error.value)
+def test_what_rcl_refuses_in_an_override_is_named_by_key(tmp_path, rule, key, says):
+    error = refused("--params-file", params_file(tmp_path), "-p", rule)
+    assert error.key == key
+    assert says in str(error)
 
 
 def test_a_missing_file_is_named(tmp_path):
     missing = str(tmp_path / "nope.yaml")
-    with pytest.raises(ConfigError, match="cannot read it: No such file or directory") as error:
-        read_param_sources(["bridge", "--ros-args", "--params-file", missing])
-    assert error.value.value == missing
+    error = refused("--params-file", missing)
+    assert error.key == "--params-file" and error.value == missing
+    assert "cannot read it: No such file or directory" in str(error)
 
 
-def test_an_empty_file_gives_nothing(tmp_path):
-    assert read_param_sources(["bridge", "--ros-args", "--params-file", params_file(tmp_path, "")]) == []
-
-
-FILE_SOURCE = ParamSource("bridge.yaml", "/**", {"control.rate_hz": 20.0, "episode.max_steps": 100}, True)
-
-
-def test_values_that_arrived_pass_including_an_int_over_a_float():
-    override = ParamSource("-p control.rate_hz:=50", None, {"control.rate_hz": 50})
-    check_arrival([FILE_SOURCE, override], "/plugrl_bridge", {"control.rate_hz": 50, "episode.max_steps": 100})
-    check_arrival([FILE_SOURCE], "/plugrl_bridge", {"control.rate_hz": 20.0, "episode.max_steps": 100})
+# -- what rcl takes but the bridge refuses --------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("override", "received", "key", "says"),
+    ("file_keys", "rule", "key", "says"),
     [
-        ({"control.rate_hz": "abc"}, {"control.rate_hz": 20.0}, "control.rate_hz", "ROS 2 kept 20.0"),
-        ({"episode.max_steps": 100.5}, {"episode.max_steps": 100}, "episode.max_steps", "give it as int, as bridge"),
-        ({"control.rate_hz": [1.0, 2.0]}, {"control.rate_hz": 20.0}, "control.rate_hz", "give it as float, as bridge"),
+        ({"control__rate_hz": "20.0"}, "control.rate_hz:=fast", "control.rate_hz", "ROS 2 kept 20.0 instead"),
+        ({"episode__max_steps": "100"}, "episode.max_steps:=100.5", "episode.max_steps", "give it as an integer"),
+        ({"actions__arm__max": "0.5"}, "actions.arm.max:=[1.0, 2.0]", "actions.arm.max", "ROS 2 kept 0.5"),
+        ({"control__rate_hz": "20"}, "control.rate_hz:=50.5", "control.rate_hz", "ROS 2 kept 20 instead"),
     ],
 )
-def test_a_value_ros_2_dropped_for_its_type_is_named(override, received, key, says):
-    sources = [FILE_SOURCE, ParamSource("-p", None, override)]
-    with pytest.raises(ConfigError, match=re.escape(says)) as error:
-        check_arrival(sources, "/plugrl_bridge", {"control.rate_hz": 20.0, "episode.max_steps": 100, **received})
-    assert error.value.key == key
+def test_an_override_rcl_dropped_for_the_files_type_is_named(tmp_path, file_keys, rule, key, says):
+    error = refused("--params-file", params_file(tmp_path, with_keys(**file_keys)), "-p", rule)
+    assert error.key == key
+    assert says in str(error) and f"from -p {rule}" in str(error)
 
 
-def test_lists_compare_whatever_sequence_rclpy_hands_back():
-    sources = [
-        ParamSource("bridge.yaml", "/**", {"a.max": 0.05}, from_file=True),
-        ParamSource("-p", None, {"a.max": [0.1, 0.2]}),
-    ]
-    check_arrival(sources, "/plugrl_bridge", {"a.max": array.array("d", [0.1, 0.2])})
-    with pytest.raises(ConfigError, match=r"ROS 2 kept 0\.05"):
-        check_arrival(sources, "/plugrl_bridge", {"a.max": 0.05})
+def test_an_override_rcl_took_passes_including_an_integer_over_a_float(tmp_path):
+    file = params_file(tmp_path, with_keys(control__rate_hz="20.0", actions__arm__max_delta="0.05"))
+    config, _ = declared("--params-file", file, "-p", "control.rate_hz:=50", "-p", "actions.arm.max_delta:=1e-3")
+    assert config.control.rate_hz == 50.0
+    assert config.actions[0].make_shaper().max_delta.tolist() == [0.001, 0.001]
 
 
-def test_sections_for_other_nodes_are_not_compared_but_a_file_for_no_node_at_all_is_refused():
-    other = ParamSource("other.yaml", "/other_node", {"control.rate_hz": "abc"}, from_file=True)
-    check_arrival([FILE_SOURCE, other], "/plugrl_bridge", {"control.rate_hz": 20.0, "episode.max_steps": 100})
-    check_for_node([FILE_SOURCE, other], "/plugrl_bridge")
-    with pytest.raises(ConfigError, match=r"no section applies to this node \(/plugrl_bridge\)"):
-        check_for_node([other], "/plugrl_bridge")
-    check_for_node([ParamSource("-p", "other_node", {"x": 1})], "/plugrl_bridge")  # -p alone: nothing to refuse
+def test_an_override_for_another_node_is_not_compared(tmp_path):
+    file = params_file(tmp_path, with_keys(control__rate_hz="20.0"))
+    config, _ = declared("--params-file", file, "-p", "camera_driver:control.rate_hz:=fast")
+    assert config.control.rate_hz == 20.0
 
 
-def test_an_empty_list_is_refused_only_in_a_section_for_this_node(tmp_path):
-    text = "camera_driver:\n  ros__parameters:\n    filters: []\n    exposure: null\n" + FILE
-    sources = read_param_sources(["bridge", "--ros-args", "--params-file", params_file(tmp_path, text)])
-    assert has_empty_list(sources)
-    assert sources[0].values == {"filters": [], "exposure": "null"}  # ROS 2 reads null as text
-    check_for_node(sources, "/plugrl_bridge")
-    with pytest.raises(ConfigError, match="cannot be empty lists"):
-        check_for_node(sources, "/camera_driver")
-    envs = [ParamSource("-p", None, {"envs": []})]
-    with pytest.raises(ConfigError, match=re.escape('one robot without a namespace: [""]')):
-        check_for_node(envs, "/plugrl_bridge")
+def test_an_empty_list_is_refused_naming_the_key_only_in_this_nodes_sections(tmp_path):
+    other = params_file(tmp_path, "camera_driver:\n  ros__parameters:\n    filters: []\n", "camera.yaml")
+    config, _ = declared("--params-file", other, "--params-file", params_file(tmp_path))
+    assert config.envs == ("",)
+    error = refused("--params-file", params_file(tmp_path, with_keys(envs="[]")))
+    assert error.key == "envs" and 'one robot without a namespace: [""]' in str(error)
+    error = refused("--params-file", params_file(tmp_path, with_keys(actions__arm__max="[]")))
+    assert error.key == "actions.arm.max" and "cannot be empty lists" in str(error)
 
 
-def test_a_namespace_may_nest_its_node_sections(tmp_path):
-    text = "lab:\n  plugrl_bridge:\n    ros__parameters:\n      trainer: {uri: 'ws://h:1'}\n"
-    [source] = read_param_sources(["bridge", "--ros-args", "--params-file", params_file(tmp_path, text)])
-    assert source.node == "lab/plugrl_bridge" and source.values == {"trainer.uri": "ws://h:1"}
-    assert source.applies_to("/lab/plugrl_bridge") and not source.applies_to("/plugrl_bridge")
+def test_a_file_with_no_section_for_this_node_names_its_sections(tmp_path):
+    path = params_file(tmp_path, BASE.replace("/**:", "bridge:"))
+    error = refused("--params-file", path)
+    assert error.key == "--params-file" and error.value == [path]
+    assert "no section applies to this node (/plugrl_bridge); the file has 'bridge'" in str(error)
 
 
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("1e3", 1000.0),
-        ("1e-3", 0.001),
-        ("-2", -2),
-        ("010", 8),
-        ("0x10", 16),
-        ("9223372036854775808", 9.223372036854776e18),
-        ("y", True),
-        ("Off", False),
-        ("tRUE", "tRUE"),
-        ("null", "null"),
-        ("~", "~"),
-        ("1_000", "1_000"),
-        ("1e400", "1e400"),
-        ("-.inf", -math.inf),
-        ("2001-12-14", "2001-12-14"),
-        ("'5'", "5"),
-        ('"true"', "true"),
-    ],
-)
-def test_scalars_are_typed_as_ros_2_types_them(text, value):
-    # (each checked against rclpy's own reading of ``-p k:=<text>``)
-    [source] = read_param_sources(["bridge", "--ros-args", "-p", f"k:={text}"])
-    got = source.values["k"]
-    assert type(got) is type(value) and got == value
-    assert ros_scalar("") is None
-    assert math.isnan(ros_scalar(".nan"))
+def test_a_namespace_nesting_its_node_section_and_a_wildcard_reach_the_node(tmp_path):
+    nested = "lab:\n  plugrl_bridge:\n" + "\n".join("  " + line for line in BASE.splitlines()[1:]) + "\n"
+    config, _ = declared("-r", "__ns:=/lab", "--params-file", params_file(tmp_path, nested))
+    assert config.actions[0].name == "arm"
+    wildcard = "/**/plugrl_bridge:\n" + BASE.split("\n", 1)[1]
+    config, _ = declared("-r", "__ns:=/lab", "--params-file", params_file(tmp_path, wildcard))
+    assert config.actions[0].name == "arm"
 
 
-def test_a_number_written_as_ros_2_reads_it_passes_the_arrival_check():
-    sources = [
-        ParamSource("bridge.yaml", "/**", {"a.max_delta": 0.05, "b.use": True}, from_file=True),
-        *read_param_sources(["bridge", "--ros-args", "-p", "a.max_delta:=1e-3", "-p", "b.use:=n"]),
-    ]
-    check_arrival(sources, "/plugrl_bridge", {"a.max_delta": 0.001, "b.use": False})
+def test_the_command_lines_overrides_and_files_are_those_inside_ros_args():
+    argv = ["bridge", "-p", "ignored:=1", "--ros-args", "--params-file", "a.yaml", "-p", "x:=1", "--param", "n:y:=2"]
+    argv += ["--", "-p", "after:=2", "--ros-args", "--params-file", "b.yaml"]
+    assert override_rules(argv) == ["x:=1", "n:y:=2"]
+    assert params_files(argv) == ["a.yaml", "b.yaml"]
+
+
+def test_an_infinity_rcl_reads_in_a_list_is_refused_as_not_finite(tmp_path):
+    error = refused("--params-file", params_file(tmp_path, with_keys(actions__arm__max="[.inf, 1.0]")))
+    assert error.key == "actions.arm.max" and "expected finite numbers" in str(error)

@@ -34,17 +34,12 @@ from std_srvs.srv import SetBool
 from plugrl_ros.protocol.client import CloseKind, Connected, ConnectFailed, Disconnected, FrameReceived, Notice
 from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
 from plugrl_ros.ros import stop_request
-from plugrl_ros.ros.config import BridgeConfig, check_environment, load_config
+from plugrl_ros.ros.config import BridgeConfig, check_environment
 from plugrl_ros.ros.dead_man import DeadManSwitch
 from plugrl_ros.ros.diagnostics import ERROR, OK, WARN, Entry, percentile_ms, status_array
 from plugrl_ros.ros.env_io import EnvIO, ShapeGuard
-from plugrl_ros.ros.param_sources import (
-    ParamSource,
-    check_arrival,
-    check_for_node,
-    has_empty_list,
-    read_param_sources,
-)
+from plugrl_ros.ros.node_parameters import configure
+from plugrl_ros.ros.param_sources import explain_refusal
 from plugrl_ros.ros.params import ConfigError
 from plugrl_ros.ros.qos import qos_profile
 from plugrl_ros.ros.trainer_link import Finished, LinkEvent, TrainerLink
@@ -61,19 +56,10 @@ _CONVERTER_THREADS = 2
 class BridgeNode(Node):
     """One bridge: ``len(envs)`` robots sharing one trainer connection."""
 
-    def __init__(self, param_sources: Sequence[ParamSource] = (), **kwargs: Any) -> None:
-        """``param_sources``: what the command line gives (:func:`read_param_sources`), to check it all arrived."""
-        super().__init__(
-            NODE_NAME,
-            automatically_declare_parameters_from_overrides=True,
-            allow_undeclared_parameters=True,
-            **kwargs,
-        )
-        names = self.list_parameters([], 0).names
-        received = {p.name: p.value for p in self.get_parameters(names)}
-        check_for_node(param_sources, self.get_fully_qualified_name())
-        check_arrival(param_sources, self.get_fully_qualified_name(), received)
-        self.config: BridgeConfig = load_config(received)
+    def __init__(self, command_line: Sequence[str] | None = None, **kwargs: Any) -> None:
+        """``command_line``: what ``rclpy.init`` read (default ``sys.argv``), to name what rcl dropped."""
+        super().__init__(NODE_NAME, **kwargs)
+        self.config: BridgeConfig = configure(self, sys.argv if command_line is None else command_line)
         check_environment(self.config, os.environ)
         config = self.config
         self.finished = False
@@ -573,17 +559,16 @@ def main(args: list[str] | None = None) -> int:
 
     tune_process()
     try:
-        sources = read_param_sources(sys.argv if args is None else args)
-    except ConfigError as exc:
-        print(f"[plugrl_bridge] configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    try:
         # Our own signal handling: the actuators must be idled while the ROS
         # context is still valid, so SIGINT/SIGTERM become KeyboardInterrupt.
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     except RuntimeError as exc:  # rcl refusing the command line: a user mistake, not a crash
-        reason = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-        print(f"[plugrl_bridge] cannot read the command line: {reason}", file=sys.stderr)
+        error = explain_refusal(str(exc))
+        if error is not None:
+            print(f"[plugrl_bridge] configuration error: {error}", file=sys.stderr)
+        else:
+            reason = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            print(f"[plugrl_bridge] cannot read the command line: {reason}", file=sys.stderr)
         return EXIT_CONFIG
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGINT, _raise_interrupt)
@@ -591,14 +576,7 @@ def main(args: list[str] | None = None) -> int:
     code = EXIT_OK
     try:
         _check_stop_request()
-        if has_empty_list(sources):
-            # ROS 2 fails creating a node given [] with a traceback naming nothing; which
-            # sections apply depends on the node's name after remapping: ask a bare node.
-            bare = rclpy.create_node(NODE_NAME)
-            name = bare.get_fully_qualified_name()
-            bare.destroy_node()
-            check_for_node(sources, name)
-        node = BridgeNode(param_sources=sources)
+        node = BridgeNode(command_line=sys.argv if args is None else args)
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         while not node.finished:

@@ -341,9 +341,7 @@ def _states(section: Section) -> tuple[StateConfig, ...]:
             part_names = state.str_list("parts", nonempty=True)
             if len(set(part_names)) != len(part_names):
                 raise ConfigError(state.key("parts"), part_names, "part names must be unique")
-            parts = tuple(
-                _subscription(state.section(part, required=True), make_state_source) for part in part_names
-            )
+            parts = tuple(_subscription(state.section(part, required=True), make_state_source) for part in part_names)
             state.finish()
         else:
             parts = (_subscription(state, make_state_source),)

@@ -103,15 +103,21 @@ SPECS: tuple[Spec, ...] = (
     Spec("trainer.open_timeout_s", "float", 10.0, "one connection attempt's timeout", positive=True),
     Spec("trainer.max_frame_mb", "float", 0.0, "refuse larger trainer frames (0 = any size)", minimum=0.0),
     Spec("trainer.use_reuse", "bool", True, "use the trainer's reuse-feedback-obs feature when offered"),
-    Spec("trainer.text_format", "str", "array", "text as a numpy <U array or a msgpack list", choices=("array", "list")),
+    Spec(
+        "trainer.text_format", "str", "array", "text as a numpy <U array or a msgpack list", choices=("array", "list")
+    ),
     Spec("envs", "str list", [""], 'one namespace per robot ([""]: one robot, no namespace)'),
     Spec("control.mode", "str", "timer", "timer (fixed rate) or lockstep (simulators)", choices=("timer", "lockstep")),
     Spec("control.rate_hz", "float", 20.0, "control rate (timer mode)", positive=True, maximum=2000.0),
     Spec("control.replan_steps", "int", 0, "run at most this many steps of each chunk (0 = all)", minimum=0),
     Spec("control.action_horizon", "int", 0, "expected H if the trainer does not announce it (0 = any)", minimum=0),
-    Spec("control.action_dim", "int", 0, "expected action width if the trainer does not announce it (0 = any)", minimum=0),
+    Spec(
+        "control.action_dim", "int", 0, "expected action width if the trainer does not announce it (0 = any)", minimum=0
+    ),
     Spec("control.feedback_deadline_s", "float", 30.0, "never hold feedback longer", positive=True, maximum=55.0),
-    Spec("control.batch_window_s", "float", 0.02, "wait this long for envs finishing together", minimum=0.0, maximum=5.0),
+    Spec(
+        "control.batch_window_s", "float", 0.02, "wait this long for envs finishing together", minimum=0.0, maximum=5.0
+    ),
     Spec("control.env_timeout_s", "float", 5.0, "a step result this late fails the robot (0 = never)", minimum=0.0),
     *_subscription("observations.images.<name>", "sensor_data", 1.0),
     Spec("observations.images.<name>.resize", "int list", NONE, "[height, width]"),
@@ -131,7 +137,9 @@ SPECS: tuple[Spec, ...] = (
     Spec("actions.<name>.qos", "str", "reliable", "publisher QoS", choices=QOS_CHOICES),
     Spec("actions.<name>.slice", "int list", PER_TYPE, "[start, stop) of the action vector ([0, width] if left out)"),
     Spec("actions.<name>.joints", "str list", PER_TYPE, "JointState, JointTrajectory: joint names"),
-    Spec("actions.<name>.field", "str", PER_TYPE, "JointState: position/velocity/effort; JointTrajectory: positions/..."),
+    Spec(
+        "actions.<name>.field", "str", PER_TYPE, "JointState: position/velocity/effort; JointTrajectory: positions/..."
+    ),
     Spec("actions.<name>.fields", "str list", PER_TYPE, "Twist, TwistStamped: linear.x ... angular.z, one per value"),
     Spec("actions.<name>.frame_id", "str", "", "TwistStamped: the header's frame"),
     Spec("actions.<name>.scale", "float or float list", 1.0, "value * scale + offset (one number, or one per value)"),
@@ -165,7 +173,6 @@ SPECS: tuple[Spec, ...] = (
     Spec("status.diagnostics_period_s", "float", 1.0, "/diagnostics period", positive=True),
     Spec("status.log_period_s", "float", 10.0, "one-line status log period (0 = off)", minimum=0.0),
 )
-
 
 
 def _pattern(key: str) -> re.Pattern[str]:
