@@ -141,3 +141,27 @@ def launch_params_file(path: Path, node_name: str, params: dict) -> Path:
     with open(path, "w") as stream:
         yaml.dump({node_name: {"ros__parameters": flat(params)}}, stream, default_flow_style=False)
     return path
+
+
+@contextmanager
+def rcl_node(*ros_args: str):
+    """A node named plugrl_bridge given ``ros_args`` as ``ros2 run`` passes them, in a context of its own.
+
+    Yields ``(node, argv)``: rcl has parsed the arguments into the node's overrides.
+    """
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.node import Node
+    from rclpy.signals import SignalHandlerOptions
+
+    argv = ["bridge", "--ros-args", *ros_args]
+    context = Context()
+    rclpy.init(args=argv, context=context, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        node = Node("plugrl_bridge", context=context, enable_rosout=False, start_parameter_services=False)
+        try:
+            yield node, argv
+        finally:
+            node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)

@@ -8,18 +8,12 @@ become, including the files launch_ros writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import rclpy
-from harness import launch_params_file
+from harness import launch_params_file, rcl_node
 from rcl_interfaces.msg import ParameterType
-from rclpy.context import Context
-from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.signals import SignalHandlerOptions
 
 from plugrl_ros.ros.config import BridgeConfig
 from plugrl_ros.ros.node_parameters import configure
@@ -47,22 +41,6 @@ def params_file(tmp_path: Path, text: str = BASE, name: str = "bridge.yaml") -> 
 def with_keys(**flat: str) -> str:
     """BASE plus dotted keys (``control__rate_hz="1e3"``) written as they are, as launch_ros writes names."""
     return BASE + "".join(f"    {name.replace('__', '.')}: {text}\n" for name, text in flat.items())
-
-
-@contextmanager
-def rcl_node(*ros_args: str) -> Iterator[tuple[Node, list[str]]]:
-    """The bridge's node name given ``ros_args`` exactly as ``ros2 run`` passes them, in a context of its own."""
-    argv = ["bridge", "--ros-args", *ros_args]
-    context = Context()
-    rclpy.init(args=argv, context=context, signal_handler_options=SignalHandlerOptions.NO)
-    try:
-        node = Node("plugrl_bridge", context=context, enable_rosout=False, start_parameter_services=False)
-        try:
-            yield node, argv
-        finally:
-            node.destroy_node()
-    finally:
-        rclpy.try_shutdown(context=context)
 
 
 def declared(*ros_args: str) -> tuple[BridgeConfig, dict[str, Parameter]]:
@@ -130,7 +108,7 @@ def test_a_spelling_rcl_reads_as_another_type_is_named(tmp_path, key, text, says
     assert says in str(error)
 
 
-def test_every_key_read_is_declared_read_only_with_its_type_and_the_value_it_runs_with(tmp_path):
+def test_every_key_read_is_declared_read_only_with_its_descriptor(tmp_path):
     config, parameters = declared("--params-file", params_file(tmp_path, with_keys(control__rate_hz="50")))
     assert config.control.rate_hz == 50.0
     assert parameters["control.rate_hz"].type_ == Parameter.Type.DOUBLE and parameters["control.rate_hz"].value == 50.0
