@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-BENCHMARKS = ("codec", "observation", "action", "timing", "throughput")
+BENCHMARKS = ("codec", "observation", "action", "timing", "throughput", "policy_execution")
 
 
 def run_benchmark(name: str, out: Path, quick: bool) -> Path | None:
@@ -177,6 +177,7 @@ def plot_throughput(results: dict[str, Any], path: Path) -> bool:
 def build_report(out: Path, title: str) -> Path:
     import bench_action
     import bench_observation
+    import bench_policy_execution
     import bench_throughput
     import bench_timing
 
@@ -191,6 +192,7 @@ def build_report(out: Path, title: str) -> Path:
         ("action", bench_action, None),
         ("timing", bench_timing, plot_timing),
         ("throughput", bench_throughput, plot_throughput),
+        ("policy_execution", bench_policy_execution, None),
     )
     for name, module, plot in renderers:
         path = out / f"{name}.json"

@@ -107,3 +107,10 @@ def test_the_api_key_variable_and_the_ca_file_are_checked_against_the_environmen
     config = load_policy_config(section(uri="wss://gpu:8000", ca_file=str(bad_ca)), SOURCES)
     with pytest.raises(ConfigError, match=r"policy\.ca_file"):
         check_policy_environment(config, {})
+
+
+def test_an_action_dim_narrower_than_the_sinks_read_is_refused():
+    config = load_policy_config(section(action_dim=4), SOURCES)
+    assert config.expectation(min_width=4).width == 4
+    with pytest.raises(ConfigError, match=r"policy\.action_dim: got 4; the actions' sinks read 6"):
+        config.expectation(min_width=6)

@@ -78,8 +78,17 @@ class PolicyConfig:
     action_dim: int  # 0: not configured
     execution: ExecutionSettings
 
-    def expectation(self, min_width: int) -> Expectation:
-        """What answers must look like, given how many values per step the robot's sinks read."""
+    def expectation(self, min_width: int, prefix: str = SECTION) -> Expectation:
+        """What answers must look like, given how many values per step the robot's sinks read.
+
+        ConfigError if ``action_dim`` is configured narrower than that.
+        """
+        if self.action_dim and self.action_dim < min_width:
+            raise ConfigError(
+                f"{prefix}.action_dim",
+                self.action_dim,
+                f"the actions' sinks read {min_width} values per step: at least {min_width}, or 0 (any)",
+            )
         return Expectation(self.action_key, self.action_horizon, self.action_dim, min_width)
 
 
