@@ -162,7 +162,7 @@ def test_a_killed_server_is_reported_and_a_restarted_one_reconnected():
         client.request(connected.epoch, obs(1.0))
         while not server.seen.observations:  # the server holds the request, "computing"
             await asyncio.sleep(0.01)
-        await server.close()  # killed: no close frame
+        await server.kill()  # no close frame
         lost = await events.wait(lambda e: isinstance(e, PolicyDisconnected))
         assert "1006" in lost.detail
         await events.wait(lambda e: isinstance(e, ConnectFailed))

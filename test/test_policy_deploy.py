@@ -24,10 +24,16 @@ from plugrl_ros.policy.deploy import DeployRobot, Note
 from plugrl_ros.policy.execution import ExecutionSettings
 from plugrl_ros.policy.runner import PolicyRunner
 from plugrl_ros.protocol.client import ClientSettings
-from plugrl_ros.protocol.policy.client import PolicyConnected, PolicyDisconnected
+from plugrl_ros.protocol.policy.client import (
+    AnswerRejected,
+    ChunkReceived,
+    PolicyConnected,
+    PolicyDisconnected,
+    ServerTraceback,
+)
 from plugrl_ros.protocol.policy.link import PolicyLinks
 from plugrl_ros.protocol.policy.request import RequestInput, RequestLayout
-from plugrl_ros.protocol.policy.session import Expectation
+from plugrl_ros.protocol.policy.session import Chunk, Expectation, ServerMetadata
 from plugrl_ros.tools.test_policy_server import decode_row
 
 PERIOD = 0.02
@@ -182,3 +188,58 @@ def test_a_killed_server_idles_the_robot_at_the_next_tick_and_a_restarted_one_re
     assert_aligned(loop.moved(0))
     resumed = [decode_row(a)[0] for t, a in loop.moved(0) if t > lost_at]
     assert resumed and min(resumed) == 0  # only the restarted server's chunks (its count starts at 0)
+
+
+# -- DeployRobot alone -----------------------------------------------------------------
+
+
+class _Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _robot() -> DeployRobot:
+    return DeployRobot(PolicyRunner(ExecutionSettings(), PERIOD, _Clock()), LAYOUT)
+
+
+def _connected(epoch: int) -> PolicyConnected:
+    return PolicyConnected(epoch, "ws://127.0.0.1:1", ServerMetadata({}, None, None))
+
+
+def _chunk(epoch: int, tag: int) -> ChunkReceived:
+    return ChunkReceived(epoch, tag, Chunk(np.ones((10, 3))), 0.01)
+
+
+def test_a_robot_requests_only_when_connected_and_its_sources_are_ready():
+    robot = _robot()
+    ready = {"states.joints": np.array([1.0])}
+    assert robot.tick(lambda: ready).request is None  # no connection yet
+    assert robot.on_event(_connected(1)).level == "info"
+    assert robot.tick(lambda: None).request is None  # sources not ready: no request ...
+    step = robot.tick(lambda: ready)  # ... until they are
+    assert step.request.epoch == 1 and step.request.observation == {"observation/state": ready["states.joints"]}
+    robot.on_event(_chunk(1, step.request.tag))
+    assert robot.tick(lambda: ready).action is not None
+
+
+def test_an_answer_from_a_connection_already_lost_never_runs():
+    robot = _robot()
+    robot.on_event(_connected(1))
+    robot.tick(lambda: None)
+    step = robot.tick(lambda: {"states.joints": np.zeros(1)})
+    robot.on_event(PolicyDisconnected(1, "dropped", 1006))
+    robot.on_event(_connected(2))
+    robot.on_event(_chunk(1, step.request.tag))  # late, from the old connection
+    assert robot.tick(lambda: None).action is None
+    assert robot.runner.stats().chunks == 0
+
+
+def test_a_server_traceback_is_logged_as_an_error_with_its_end_kept():
+    robot = _robot()
+    text = "Traceback (most recent call last):\n" + "  frame\n" * 5000 + "ValueError: the real cause"
+    note = robot.on_event(ServerTraceback(1, text))
+    assert note.level == "error" and note.text.endswith("ValueError: the real cause") and len(note.text) < 9000
+    rejected = robot.on_event(AnswerRejected(1, 0, "actions: holds nan at step 0, value 1"))
+    assert rejected.level == "warn" and "holds nan" in rejected.text

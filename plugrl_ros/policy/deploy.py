@@ -28,6 +28,8 @@ from plugrl_ros.protocol.policy.client import (
 )
 from plugrl_ros.protocol.policy.request import RequestLayout
 
+_TRACEBACK_CHARS = 8000
+
 
 @dataclass(frozen=True)
 class Request:
@@ -81,7 +83,9 @@ class DeployRobot:
                 self.runner.on_rejected(event.tag)
             return Note("warn", f"the policy server's answer was rejected, nothing of it runs: {event.detail}")
         if isinstance(event, ServerTraceback):
-            return Note("error", f"the policy server failed; its traceback:\n{event.text}")
+            # the end of a traceback says what failed; a megabyte of it says no more
+            text = event.text if len(event.text) <= _TRACEBACK_CHARS else "...\n" + event.text[-_TRACEBACK_CHARS:]
+            return Note("error", f"the policy server failed; its traceback:\n{text}")
         if isinstance(event, PolicyDisconnected):
             if event.epoch == self.epoch:
                 self.epoch = None

@@ -164,6 +164,12 @@ class TestPolicyServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
+        """Stop listening and close every connection with 1001 (going away)."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def kill(self) -> None:
         """Stop listening and drop every connection without a close frame, as a killed server would."""
         if self._server is None:
             return
