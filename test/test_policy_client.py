@@ -13,6 +13,7 @@ import http.client
 import logging
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -404,3 +405,10 @@ def test_the_command_refuses_a_policy_file_of_the_wrong_shape(tmp_path):
         check=False,
     )
     assert result.returncode == 2 and "W must be [3, state_dim]" in result.stderr
+
+
+def test_the_installed_command_runs():
+    command = shutil.which("plugrl-test-policy-server", path=os.path.dirname(sys.executable))
+    assert command is not None, "setup.py's console entry is not installed in this venv"
+    result = subprocess.run([command, "--help"], capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    assert result.returncode == 0 and "--linear" in result.stdout
