@@ -266,3 +266,15 @@ def test_statistics_report_latency_percentiles_and_the_achieved_step_rate():
     assert stats.step_rate_hz == pytest.approx(1 / PERIOD)
     assert stats.requests == stats.chunks + (1 if sim.in_flight else 0)
     assert stats.steps + stats.idle_steps + stats.waiting_steps == 500
+
+
+def test_statistics_render_for_diagnostics_and_the_status_line():
+    sim = Sim(ExecutionSettings(mode="switch"), 10, lambda n: 0.03)
+    sim.run(200)
+    stats = sim.runner.stats()
+    values = stats.values()
+    assert values["request latency median ms"] == "30.0" and values["idle steps at boundaries"] == "0"
+    assert values["step rate Hz"] == "50.0"
+    assert stats.summary().startswith("50 steps/s, latency 30.0/30.0 ms (median/p95), 0 idle at boundaries")
+    fresh = PolicyRunner(ExecutionSettings(), PERIOD, Clock()).stats()
+    assert fresh.values()["request latency p95 ms"] == "-" and fresh.summary().startswith("- steps/s")

@@ -24,6 +24,34 @@ class PolicyStats:
     latency_p95_s: float | None
     step_rate_hz: float | None  # actions applied per second, over the last steps
 
+    def values(self) -> dict[str, str]:
+        """The counters as text, for a diagnostics entry's key/value pairs."""
+        return {
+            "request latency median ms": _ms(self.latency_median_s),
+            "request latency p95 ms": _ms(self.latency_p95_s),
+            "idle steps at boundaries": str(self.idle_steps),
+            "chunks dropped as stale": str(self.stale_dropped),
+            "answers rejected": str(self.rejected),
+            "requests abandoned": str(self.abandoned),
+            "step rate Hz": "-" if self.step_rate_hz is None else f"{self.step_rate_hz:.1f}",
+            "requests": str(self.requests),
+            "chunks": str(self.chunks),
+            "steps": str(self.steps),
+            "steps waiting for a first chunk": str(self.waiting_steps),
+        }
+
+    def summary(self) -> str:
+        """One line for the status log."""
+        rate = "-" if self.step_rate_hz is None else f"{self.step_rate_hz:.0f}"
+        return (
+            f"{rate} steps/s, latency {_ms(self.latency_median_s)}/{_ms(self.latency_p95_s)} ms (median/p95), "
+            f"{self.idle_steps} idle at boundaries, {self.stale_dropped} stale, {self.rejected} rejected"
+        )
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
 
 class LatencyWindow:
     """The last ``size`` request latencies."""
