@@ -4,10 +4,12 @@ Run: ``python bench/bench_trainer.py [--port 0] [--horizon 4] [--action-dim 2] [
 
 It prints ``PORT <n>`` once listening, then one JSON line of cumulative
 counters every ``--stats-interval`` seconds (and a last one on SIGINT), so a
-benchmark can take the difference over a steady-state window. It checks
-nothing beyond what it needs to answer (``plugrl-test-trainer`` is the
-protocol checker): a benchmark's trainer shares the machine with the client,
-and its cost must stay small.
+benchmark can take the difference over a steady-state window. Each
+connection's protocol rules are the package's trainer-side core
+(:class:`TrainerConnection`, strict: a broken rule closes the connection for
+a resync), without the observations' layout checks: a benchmark's trainer
+shares the machine with the client, and its cost must stay small
+(``plugrl-test-trainer`` is the protocol checker).
 
 Env steps are counted from the feedbacks: with the probe environment's
 ``states.t`` (steps taken this episode) exactly, as ``t`` after the chunk
@@ -30,10 +32,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from plugrl_ros.protocol.codec import packb, unpackb
+from plugrl_ros.protocol.client import RESYNC_REASON
+from plugrl_ros.protocol.codec import packb
+from plugrl_ros.protocol.messages import REUSE_FEEDBACK_OBS
+from plugrl_ros.protocol.server_messages import Infer, Resync, build_action
+from plugrl_ros.protocol.trainer_connection import TrainerConnection
+from plugrl_ros.tools.serving import serve_trainer
 
 
 def ws_overhead(payload: int) -> int:
@@ -66,71 +73,71 @@ class BenchTrainer:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.counters = Counters()
-        metadata: dict[str, Any] = {
+        self.metadata: dict[str, Any] = {
             "protocol_version": 1,
             "server": "plugrl-bench-trainer",
             "action_horizon": args.horizon,
             "action_dim": args.action_dim,
-            "features": ["reuse-feedback-obs"] if args.reuse else [],
+            "features": [REUSE_FEEDBACK_OBS] if args.reuse else [],
         }
-        self.metadata_frame = packb({"message_type": "metadata", "data": metadata})
-        self._actions: dict[int, bytes] = {}
+        self._actions: dict[tuple[int, ...], bytes] = {}
 
-    def action_frame(self, env_ids: np.ndarray) -> bytes:
+    def action_frame(self, env_ids: tuple[int, ...]) -> bytes:
         # Answers depend only on the env ids (values are the probe's 10000*k + 10*env + dim).
-        key = hash(env_ids.tobytes())
-        frame = self._actions.get(key)
+        frame = self._actions.get(env_ids)
         if frame is None:
             h, d = self.args.horizon, self.args.action_dim
-            k, e, j = np.meshgrid(np.arange(h), env_ids, np.arange(d), indexing="ij")
+            k, e, j = np.meshgrid(np.arange(h), np.asarray(env_ids), np.arange(d), indexing="ij")
             action = (10000.0 * k + 10.0 * e + j).astype("<f4")
-            frame = packb({"message_type": "action", "data": {"env_ids": env_ids.astype("<i8"), "action": action}})
+            frame = packb(build_action(env_ids, action))
             if len(self._actions) > 4096:
                 self._actions.clear()
-            self._actions[key] = frame
+            self._actions[env_ids] = frame
         return frame
 
     async def handle(self, ws: ServerConnection) -> None:
         c = self.counters
         c.add("connections", 1)
+        conn = TrainerConnection(strict=True, check_observations=False)
         start_t: dict[int, float] = {}  # env -> probe t at the start of its chunk
         last_t: dict[int, float] = {}  # env -> probe t of its last non-terminal feedback
-        await ws.send(self.metadata_frame)
-        c.add("bytes_out", len(self.metadata_frame))
+        metadata_frame = packb(conn.send_metadata(self.metadata))
+        await ws.send(metadata_frame)
+        c.add("bytes_out", len(metadata_frame))
         try:
             async for frame in ws:
                 c.add("bytes_in", len(frame) + ws_overhead(len(frame)))
-                message = unpackb(frame)
-                envs = message["env_indices"].tolist()
-                if message["message_type"] == "infer":
+                message = conn.receive(frame)
+                envs = message.env_indices
+                if isinstance(message, Infer):
                     c.add("infers", 1)
                     c.add("infer_rows", len(envs))
-                    reuse = message.get("reuse")
-                    reused = reuse.tolist() if reuse is not None else [False] * len(envs)
-                    t = _probe_t(message["data"])
+                    reused = message.reuse or (False,) * len(envs)
+                    t = _probe_t(message.observation.data)
                     c.add("infer_data_rows", len(envs) - sum(reused))
                     rows = iter(t) if t is not None else None
                     for env, r in zip(envs, reused):
                         if rows is None:
                             continue
                         start_t[env] = last_t[env] if r else next(rows)
-                    reply = self.action_frame(message["env_indices"])
+                    reply = self.action_frame(conn.answered())
                     await ws.send(reply)
                     c.add("bytes_out", len(reply))
                 else:
                     c.add("feedbacks", 1)
                     c.add("feedback_rows", len(envs))
-                    data = message["data"]
-                    t = _probe_t(data["obs"])
+                    t = _probe_t(message.observation.data)
                     if t is None:
                         c.add("steps", self.args.horizon * len(envs))
                         continue
-                    ended = np.logical_or(data["terminated"], data["truncated"]).tolist()
-                    for env, t_now, end in zip(envs, t, ended):
+                    for env, t_now, end in zip(envs, t, message.ended.tolist()):
                         c.add("steps", round(t_now - start_t.get(env, 0.0)))
                         last_t[env] = t_now
                         if end:
                             last_t.pop(env, None)
+        except Resync as exc:
+            print(f"bench-trainer: the client broke a protocol rule ({exc}); resync", file=sys.stderr, flush=True)
+            await ws.close(1001, RESYNC_REASON)
         except ConnectionClosed:
             pass
 
@@ -139,9 +146,7 @@ class BenchTrainer:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with serve(
-            self.handle, "127.0.0.1", self.args.port, compression=None, max_size=None, ping_interval=None
-        ) as server:
+        async with await serve_trainer(self.handle, "127.0.0.1", self.args.port, close_timeout=5.0) as server:
             port = next(iter(server.sockets)).getsockname()[1]
             print(f"PORT {port}", flush=True)
             while not stop.is_set():

@@ -2,55 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from plugrl_ros.tools import serving
 from plugrl_ros.tools.test_trainer import Report, TestTrainer, TrainerSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class TrainerThread:
+class TrainerThread(serving.TrainerThread[Report]):
     """The protocol-checking test trainer, serving on its own event loop thread."""
 
     def __init__(self, settings: TrainerSettings) -> None:
+        super().__init__(TestTrainer(settings), name="plugrl-test-trainer")
         self.settings = settings
-        self._ready: concurrent.futures.Future[int] = concurrent.futures.Future()
-        self._report: concurrent.futures.Future[Report] = concurrent.futures.Future()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        async def serve() -> Report:
-            trainer = TestTrainer(self.settings)
-            self._ready.set_result(await trainer.start())
-            return await trainer.finished()
-
-        try:
-            self._report.set_result(asyncio.run(serve()))
-        except BaseException as exc:  # hand any failure to the test thread
-            if not self._ready.done():
-                self._ready.set_exception(exc)
-            self._report.set_exception(exc)
-
-    def start(self) -> int:
-        self._thread.start()
-        return self._ready.result(timeout=10)
-
-    @property
-    def uri(self) -> str:
-        return f"ws://127.0.0.1:{self._ready.result()}"
 
     def report(self, timeout: float) -> Report:
-        return self._report.result(timeout=timeout)
+        return self.result(timeout)
 
 
 def ros_env(**extra: str) -> dict[str, str]:

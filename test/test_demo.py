@@ -177,7 +177,7 @@ def test_exchange_out_of_order_is_a_protocol_error():
 
 
 def test_the_demo_trainer_resyncs_on_an_info_it_cannot_split_per_env():
-    """SPEC 5.4, as the server checklist checks it: {"task": "pick"} for 2 envs closes for a resync."""
+    """SPEC.md §5.4, as its server checklist checks it: {"task": "pick"} for 2 envs closes for a resync."""
     trainer = TrainerThread(DemoTrainer(DemoTrainerSettings(port=0, duration_s=300.0)))
     port = trainer.start()
     state = np.zeros(8)

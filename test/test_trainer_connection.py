@@ -300,7 +300,7 @@ def test_state_width_and_text_form_are_deviations():
     assert sorted(p.note for p in received.deviations) == [False, True]
 
 
-# -- info (SPEC 5.4) ------------------------------------------------------------------
+# -- info (SPEC.md §5.4) ---------------------------------------------------------------
 
 
 def test_an_info_that_cannot_be_split_per_env_is_resynced():

@@ -3,8 +3,11 @@
 It runs on its own asyncio thread, so a test drives it with plain calls:
 :meth:`ScriptedTrainer.wait_for` waits for a condition over the recorded
 messages, :meth:`ScriptedTrainer.close` closes the current connection with a
-chosen code and reason. It checks nothing by itself; the protocol-checking
-trainer is :mod:`plugrl_ros.tools.test_trainer`.
+chosen code and reason. Each connection runs through the package's
+trainer-side protocol core (lenient): what the client broke is kept in
+:attr:`ScriptedTrainer.violations`, and nothing is enforced, so a test sees
+every frame the client sent (the protocol-checking trainer is
+:mod:`plugrl_ros.tools.test_trainer`).
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from plugrl_ros.protocol.codec import packb, unpackb
+from plugrl_ros.protocol.server_messages import Problem, Resync
+from plugrl_ros.protocol.trainer_connection import ServerPhase, TrainerConnection
+from plugrl_ros.tools.serving import serve_trainer
 
 # actions(env_indices, step_ids, observation) -> [H, n, d] chunk, or None to leave the infer unanswered
 ActionsCallback = Callable[[np.ndarray, np.ndarray, dict], "np.ndarray | None"]
@@ -67,6 +73,7 @@ class ScriptedTrainer:
         self._records: list[Record] = []
         self._arrivals: list[float] = []  # time.monotonic() of each record
         self.closes: dict[int, tuple[int | None, str]] = {}
+        self.violations: list[tuple[int, Problem]] = []  # (connection, what the client broke), never enforced
         self._connections: list[ServerConnection] = []
         self._errors: list[BaseException] = []
         self._loop = asyncio.new_event_loop()
@@ -116,16 +123,7 @@ class ScriptedTrainer:
             self._loop.close()
 
     async def _serve(self) -> Server:
-        return await serve(
-            self._handle,
-            "127.0.0.1",
-            self._port,
-            compression=None,
-            max_size=None,
-            ping_interval=None,
-            ping_timeout=None,
-            close_timeout=2,
-        )
+        return await serve_trainer(self._handle, "127.0.0.1", self._port, close_timeout=2)
 
     # -- serving ---------------------------------------------------------------
 
@@ -139,15 +137,17 @@ class ScriptedTrainer:
                 closed = asyncio.ensure_future(ws.wait_closed())
                 await asyncio.wait({closed}, timeout=self.metadata_delay_s)
                 closed.cancel()
-            await ws.send(packb({"message_type": "metadata", "data": self.metadata}))
+            conn = TrainerConnection(strict=False)
+            await ws.send(packb(conn.send_metadata(self.metadata)))
             async for frame in ws:
+                self._check(index, conn, frame)
                 if isinstance(frame, str):
                     self._record(index, {"message_type": "<text frame>", "text": frame})
                     continue
                 message = unpackb(frame)
                 self._record(index, message)
                 if message.get("message_type") == "infer":
-                    await self._answer(ws, message)
+                    await self._answer(ws, conn, message)
         except ConnectionClosed:
             pass
         except BaseException as exc:  # a broken callback must fail the test, not vanish
@@ -160,13 +160,29 @@ class ScriptedTrainer:
                 self.closes[index] = (1006, "") if received is None else (received.code, received.reason)
                 self._lock.notify_all()
 
-    async def _answer(self, ws: ServerConnection, infer: dict) -> None:
+    def _check(self, index: int, conn: TrainerConnection, frame: bytes | str) -> None:
+        """Run the frame through the protocol core and keep what it found; after a resync there is no stream."""
+        if conn.phase is ServerPhase.CLOSED:
+            return
+        try:
+            checked = conn.receive(frame)
+        except Resync as exc:
+            found: tuple[Problem, ...] = (exc.problem,)
+        else:
+            found = checked.violations
+        with self._lock:
+            self.violations.extend((index, problem) for problem in found)
+
+    async def _answer(self, ws: ServerConnection, conn: TrainerConnection, infer: dict) -> None:
         env_indices, step_ids = infer["env_indices"], infer["step_ids"]
         chunk = self.actions(env_indices, step_ids, infer["data"])
         if chunk is None:
             return
         if self.answer_delay_s:
             await asyncio.sleep(self.answer_delay_s)
+        if conn.phase is ServerPhase.ANSWER:
+            conn.answered()
+        # built here rather than by the core: a test may answer with a malformed chunk on purpose
         action = {"env_ids": np.asarray(env_indices, dtype="<i8"), "action": np.asarray(chunk)}
         await ws.send(packb({"message_type": "action", "data": action}))
 

@@ -14,6 +14,7 @@ connection's history: the per-connection rules live in
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,16 +90,10 @@ class Feedback:
     rewards: np.ndarray | None  # float64 [m]
     terminated: np.ndarray | None  # bool [m]
     truncated: np.ndarray | None  # bool [m]
+    ended: np.ndarray | None  # terminated | truncated, when both are usable
     info: dict
     violations: tuple[Problem, ...]
     deviations: tuple[Problem, ...]
-
-    @property
-    def ended(self) -> np.ndarray | None:
-        """terminated | truncated, per row, when both are usable."""
-        if self.terminated is None or self.truncated is None:
-            return None
-        return self.terminated | self.truncated
 
 
 Message = Infer | Feedback
@@ -168,7 +163,7 @@ def _env_indices(message: dict, letter: str) -> tuple[int, ...]:
     if not isinstance(value, np.ndarray) or value.ndim != 1 or value.dtype.kind not in "iu":
         problem = f"env_indices must be a <i8 array of shape [{letter}], got {describe(value)}"
         raise Resync(Problem(Rule.ARRAYS, problem), message["message_type"])
-    return tuple(int(v) for v in value.tolist())
+    return tuple(value.tolist())
 
 
 def _int_array(value: Any, name: str, n: int, found: _Findings) -> tuple[int, ...] | None:
@@ -178,7 +173,7 @@ def _int_array(value: Any, name: str, n: int, found: _Findings) -> tuple[int, ..
         return None
     if value.dtype.str != "<i8":
         found.deviate(Rule.ARRAYS, f"{name} is {describe(value)}, expected <i8 [{n}]")
-    return tuple(int(v) for v in value.tolist())
+    return tuple(value.tolist())
 
 
 def _flags(value: Any, name: str, n: int, found: _Findings) -> np.ndarray | None:
@@ -196,7 +191,8 @@ def _rewards(value: Any, m: int, found: _Findings) -> np.ndarray | None:
         found.violate(Rule.ARRAYS, f"rewards must be a float array of shape [{m}], got {describe(value)}")
         return None
     rewards = value.astype(np.float64)
-    if not np.isfinite(rewards).all():
+    # a Python loop beats a numpy reduction on the few values a feedback holds (this runs on every one)
+    if not all(map(math.isfinite, rewards.tolist())):
         found.violate(Rule.ARRAYS, "rewards hold NaN or infinite values")
         return None
     if value.dtype.str != "<f4":
@@ -204,6 +200,7 @@ def _rewards(value: Any, m: int, found: _Findings) -> np.ndarray | None:
     return rewards
 
 
+_OBSERVATION_KEYS = {"images", "states", "text"}
 _GROUPS = (("images", "|u1", 4, "[n, h, w, c]"), ("states", "<f8", 2, "[n, d]"))
 
 
@@ -212,27 +209,27 @@ def check_observation(obs: Any, found: _Findings) -> Observation:
     if not isinstance(obs, dict):
         found.violate(Rule.OBSERVATION, f"the observation must be a map of images, states, text, got {describe(obs)}")
         return Observation(obs, None)
-    keys = sorted(str(k) for k in obs)
-    if keys != ["images", "states", "text"]:
+    if obs.keys() != _OBSERVATION_KEYS:
+        keys = sorted(str(k) for k in obs)
         found.violate(Rule.OBSERVATION, f"the observation's keys are {keys}, expected exactly images, states, text")
-    leading: dict[str, int] = {}
+    # (group, name, rows): the names are only formatted when something is wrong (this runs on every message)
+    leading: list[tuple[str, Any, int]] = []
     for group, typestr, ndim, layout in _GROUPS:
         arrays = obs.get(group, {})
         if not isinstance(arrays, dict):
             found.violate(Rule.OBSERVATION, f"{group} must be a map of name to array, got {describe(arrays)}")
             continue
         for name, array in arrays.items():
-            where = f"{group}[{name!r}]"
             if not isinstance(array, np.ndarray):
-                found.violate(Rule.OBSERVATION, f"{where} must be a {typestr} array, got {describe(array)}")
+                found.violate(Rule.OBSERVATION, f"{group}[{name!r}] must be a {typestr} array, got {describe(array)}")
                 continue
             if array.ndim != ndim or array.dtype.kind not in "biuf":
-                found.violate(Rule.OBSERVATION, f"{where} is {describe(array)}, expected {typestr} {layout}")
+                found.violate(Rule.OBSERVATION, f"{group}[{name!r}] is {describe(array)}, expected {typestr} {layout}")
             elif array.dtype.str != typestr:
                 # PlugRL's server hands observations to the policy unread: another width is the policy's business.
-                found.deviate(Rule.OBSERVATION, f"{where} is {describe(array)}, expected {typestr} {layout}")
+                found.deviate(Rule.OBSERVATION, f"{group}[{name!r}] is {describe(array)}, expected {typestr} {layout}")
             if array.ndim >= 1:
-                leading[where] = array.shape[0]
+                leading.append((group, name, array.shape[0]))
     if "text" in obs:
         text = obs["text"]
         if isinstance(text, list):
@@ -244,20 +241,29 @@ def check_observation(obs: Any, found: _Findings) -> Observation:
         except ProtocolError as exc:
             found.violate(Rule.OBSERVATION, f"{exc} (got {describe(text)})")
         else:
-            leading["text"] = count
+            assert count is not None
+            leading.append(("text", None, count))
             if isinstance(text, list):
                 found.deviate(
                     Rule.OBSERVATION,
                     "text arrives as a msgpack list of str; the Python reference client sends a <U array",
                     note=True,
                 )
-    if len(set(leading.values())) > 1:
-        found.violate(Rule.OBSERVATION, f"leading dimensions differ: {leading}")
+    if not leading:
         return Observation(obs, None)
-    return Observation(obs, next(iter(leading.values()), None))
+    rows = leading[0][2]
+    if any(n != rows for _, _, n in leading):
+        shown = {("text" if name is None else f"{group}[{name!r}]"): n for group, name, n in leading}
+        found.violate(Rule.OBSERVATION, f"leading dimensions differ: {shown}")
+        return Observation(obs, None)
+    return Observation(obs, rows)
 
 
-def parse_infer(message: dict) -> Infer:
+def _observation(obs: Any, found: _Findings, check: bool) -> Observation:
+    return check_observation(obs, found) if check else Observation(obs, None)
+
+
+def parse_infer(message: dict, observations: bool = True) -> Infer:
     """An enveloped ``infer``, checked on its own (the connection's rules come after)."""
     envs = _env_indices(message, "n")
     n = len(envs)
@@ -272,7 +278,7 @@ def parse_infer(message: dict) -> Infer:
             # Without usable flags nobody knows which rows data holds.
             raise Resync(found.violations[-1], INFER)
         reuse = tuple(bool(f) for f in flags.tolist())
-    observation = check_observation(message["data"], found)
+    observation = _observation(message["data"], found, observations)
     n_data = n - sum(reuse) if reuse is not None else n
     if observation.rows is not None and observation.rows != n_data:
         if reuse is not None:
@@ -282,7 +288,7 @@ def parse_infer(message: dict) -> Infer:
     return Infer(envs, step_ids, reuse, observation, tuple(found.violations), tuple(found.deviations))
 
 
-def parse_feedback(message: dict) -> Feedback:
+def parse_feedback(message: dict, observations: bool = True) -> Feedback:
     """An enveloped ``feedback``, checked on its own (the connection's rules come after)."""
     envs = _env_indices(message, "m")
     m = len(envs)
@@ -294,7 +300,7 @@ def parse_feedback(message: dict) -> Feedback:
     terminated = _flags(data["terminated"], "terminated", m, found)
     truncated = _flags(data["truncated"], "truncated", m, found)
     rewards = _rewards(data["rewards"], m, found)
-    observation = check_observation(data["obs"], found)
+    observation = _observation(data["obs"], found, observations)
     if observation.rows is not None and observation.rows != m:
         found.violate(Rule.OBSERVATION, f"obs has {observation.rows} rows, env_indices has {m}")
     info = data["info"]
@@ -310,6 +316,7 @@ def parse_feedback(message: dict) -> Feedback:
         rewards,
         terminated,
         truncated,
+        None if terminated is None or truncated is None else terminated | truncated,
         info,
         tuple(found.violations),
         tuple(found.deviations),

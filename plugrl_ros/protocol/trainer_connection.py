@@ -57,9 +57,11 @@ class ServerPhase(enum.Enum):
 class TrainerConnection:
     """One connection's protocol state, from the trainer's side."""
 
-    def __init__(self, *, strict: bool = True, n_envs: int | None = None) -> None:
+    def __init__(self, *, strict: bool = True, n_envs: int | None = None, check_observations: bool = True) -> None:
         self.phase = ServerPhase.SEND_METADATA
         self.strict = strict
+        # a benchmark's trainer must stay cheap: it may skip the observations' layout (and their row counts)
+        self.check_observations = check_observations
         self.n_envs = n_envs  # if set, env indices must be below it
         self.features: frozenset[str] = frozenset()
         self.infers = 0
@@ -76,7 +78,9 @@ class TrainerConnection:
         """The metadata message; its ``features`` are what the client may use on this connection."""
         self._expect(ServerPhase.SEND_METADATA, "send the metadata")
         features = data.get("features", ())
-        self.features = frozenset(f for f in features if isinstance(f, str))
+        self.features = (
+            frozenset(f for f in features if isinstance(f, str)) if isinstance(features, list) else frozenset()
+        )
         self.phase = ServerPhase.AWAIT_INFER
         return build_metadata(data)
 
@@ -138,7 +142,7 @@ class TrainerConnection:
 
     def _infer(self, message: dict) -> Infer:
         self.infers += 1
-        infer = parse_infer(message)
+        infer = parse_infer(message, self.check_observations)
         problems: list[Problem] = []
         if infer.reuse is not None:
             if not self.reuse_offered:
@@ -170,7 +174,7 @@ class TrainerConnection:
 
     def _feedback(self, message: dict) -> Feedback:
         self.feedbacks += 1
-        feedback = parse_feedback(message)
+        feedback = parse_feedback(message, self.check_observations)
         problems = self._index_problems(feedback.env_indices, "a feedback")
         for env in feedback.env_indices:
             if env not in self.holding:

@@ -1,0 +1,106 @@
+"""``plugrl-test-trainer``: the test trainer from the command line; its exit code says whether the client passed."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Sequence
+
+from plugrl_ros.protocol.messages import REUSE_FEEDBACK_OBS
+from plugrl_ros.tools.test_trainer.server import TestTrainer
+from plugrl_ros.tools.test_trainer.settings import ENDINGS, TrainerSettings
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = TrainerSettings()
+    p = argparse.ArgumentParser(
+        prog="plugrl-test-trainer",
+        description="A PlugRL trainer that checks its one client against the protocol and reports, clause by clause.",
+    )
+    p.add_argument("--host", default=d.host)
+    p.add_argument("--port", type=int, default=d.port, help="0 picks a free port")
+    p.add_argument(
+        "--script",
+        default=",".join(d.script),
+        help=f"how each connection ends, comma-separated ({', '.join(ENDINGS)}); the last one ends the run",
+    )
+    p.add_argument("--feedbacks", type=int, default=d.feedbacks_per_connection, help="feedbacks per connection")
+    p.add_argument("--horizon", type=int, default=d.horizon)
+    p.add_argument("--action-dim", type=int, default=d.action_dim)
+    p.add_argument("--dtype", choices=("f4", "f8"), default="f4", help="action dtype")
+    p.add_argument("--features", default="", help=f"comma-separated, e.g. {REUSE_FEEDBACK_OBS}")
+    p.add_argument(
+        "--no-announce-shape", action="store_true", help="leave action_horizon/action_dim out of the metadata"
+    )
+    p.add_argument("--no-probe", action="store_true", help="the client does not run the probe environment")
+    p.add_argument("--n-envs", type=int, default=None)
+    p.add_argument("--metadata-delay", type=float, default=d.metadata_delay_s)
+    p.add_argument("--grace", type=float, default=d.grace_s)
+    p.add_argument("--reconnect-window", type=float, default=d.reconnect_window_s)
+    p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (exit code 2)")
+    p.add_argument("--tls-cert", default="", help="PEM certificate (chain) to serve wss:// instead of ws://")
+    p.add_argument("--tls-key", default="", help="PEM private key for --tls-cert (if not in the same file)")
+    return p
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+async def _run_cli(settings: TrainerSettings, timeout: float | None, keep: Callable[[TestTrainer], None]) -> int:
+    trainer = TestTrainer(settings)
+    keep(trainer)
+    try:
+        port = await trainer.start()
+    except OSError as exc:
+        print(f"plugrl-test-trainer: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
+        return 2
+    print(f"listening on {settings.scheme}://{_url_host(settings.host)}:{port}", flush=True)
+    try:
+        report = await trainer.finished(timeout)
+    except asyncio.TimeoutError:
+        print(trainer.report.text(), flush=True)
+        return 2
+    print(report.text(), flush=True)
+    # a script the client did not let run to its end proves nothing: fail it
+    return 1 if report.failed or report.incomplete else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``plugrl-test-trainer``: 0 if no clause failed, 1 if one did (or the script did not finish), 2 on --timeout."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = TrainerSettings(
+            host=args.host,
+            port=args.port,
+            script=_split(args.script),
+            feedbacks_per_connection=args.feedbacks,
+            horizon=args.horizon,
+            action_dim=args.action_dim,
+            action_dtype="<" + args.dtype,
+            features=_split(args.features),
+            announce_shape=not args.no_announce_shape,
+            probe=not args.no_probe,
+            n_envs=args.n_envs,
+            metadata_delay_s=args.metadata_delay,
+            grace_s=args.grace,
+            reconnect_window_s=args.reconnect_window,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    trainers: list[TestTrainer] = []
+    try:
+        return asyncio.run(_run_cli(settings, args.timeout, trainers.append))
+    except KeyboardInterrupt:
+        # Interrupted: what was seen so far is still worth printing.
+        if trainers:
+            print(trainers[0].report.text(), flush=True)
+        return 130
