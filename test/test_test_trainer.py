@@ -16,6 +16,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from plugrl_ros.protocol.codec import packb, unpackb
+from plugrl_ros.tools.serving import TrainerThread
 from plugrl_ros.tools.test_trainer import (
     ALTERNATION,
     CHUNK_LENGTH,
@@ -243,6 +244,8 @@ class RawProbeClient:
                         "mask": np.asarray(terminated, dtype="|b1"),
                     }
                 }
+            if "info-unsplittable" in self.faults and m > 1:
+                info = {"task": "pick"}  # nothing of length m to split per env (SPEC.md §5.4)
             feedback = {
                 "message_type": "feedback",
                 "env_indices": i8(envs),
@@ -490,6 +493,25 @@ def test_without_probe_the_probe_clauses_are_not_exercised() -> None:
     assert report.failed == 0, report.text()
     for clause in (CHUNK_LENGTH, REWARD_SUM, TERMINAL_OBSERVATION, TIME_MAJOR, RESET_OBSERVATION, INFO_EPISODE):
         assert report.clause(clause).status == "not exercised", clause
+
+
+def test_an_info_that_cannot_be_split_per_env_fails_info_episode_with_or_without_the_probe() -> None:
+    # chunks of 2 steps: the first feedback carries both envs (their episodes end at t 3 and 5)
+    report, _ = run_client(fast(script=("stop",), probe=False, horizon=2), faults={"info-unsplittable"})
+    assert failed(report) == {INFO_EPISODE}, report.text()
+    assert "cannot be split per env" in details(report, INFO_EPISODE)
+    report, _ = run_client(fast(script=("stop",), horizon=2), faults={"info-unsplittable"})
+    assert failed(report) == {INFO_EPISODE}, report.text()
+    assert "no info['episode'] map" in details(report, INFO_EPISODE)
+
+
+def test_ending_the_run_early_reports_what_was_seen() -> None:
+    trainer = TrainerThread(TestTrainer(fast(script=("stop",))))
+    trainer.start()
+    trainer.end()
+    report = trainer.result(RUN_TIMEOUT_S)
+    assert report.incomplete == "the run was ended before its script finished"
+    assert report.connections == 0 and report.failed == 0
 
 
 def test_a_client_that_leaves_mid_script_leaves_the_report_incomplete() -> None:
