@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from plugrl_ros.ros.declarations import SPECS, descriptor, find_spec, parameter_value
 from plugrl_ros.ros.params import ConfigError, nest
-from plugrl_ros.ros.policy_config import check_policy_environment, load_policy_config
+from plugrl_ros.ros.policy_config import POLICY_SPECS, check_policy_environment, load_policy_config
 
 SOURCES = {"images.front", "images.wrist", "states.joints", "text"}
 
@@ -59,7 +60,6 @@ def test_nested_maps_for_policies_that_read_them_and_a_flat_ros_parameter_file()
     ("overrides", "key", "allowed"),
     [
         ({"uri": "http://gpu:8000"}, "policy.uri", "a ws:// or wss:// URI"),
-        ({"uri": None}, "policy.uri", "required"),
         ({"urii": "ws://x:1"}, "policy.urii", "did you mean 'uri'?"),
         ({"observations": {}}, "policy.observations", "at least one request key"),
         (
@@ -67,15 +67,15 @@ def test_nested_maps_for_policies_that_read_them_and_a_flat_ros_parameter_file()
             "policy.observations.observation.image",
             "one of",
         ),
-        ({"observations": {"state": 3}}, "policy.observations.state", "the source to send"),
+        ({"observations": {"state": 3}}, "policy.observations.state", "expected a string"),
         ({"observations": {"a/b": "text", "a": {"b": "states.joints"}}}, "policy.observations.a.b", "given twice"),
-        ({"key_separator": "-"}, "policy.key_separator", '"/" or "."'),
+        ({"key_separator": "-"}, "policy.key_separator", "allowed: '/', '.', ''"),
         ({"action_key": ""}, "policy.action_key", "the answer's key"),
         ({"action_horizon": -1}, "policy.action_horizon", "at least 0"),
         ({"action_dim": 2.5}, "policy.action_dim", "expected an integer"),
-        ({"execution": {"mode": "blend"}}, "policy.execution.mode", "sync, switch, ensemble, crossfade"),
-        ({"execution": {"request_ahead_steps": "soon"}}, "policy.execution.request_ahead_steps", "'auto'"),
-        ({"execution": {"request_ahead_steps": -1}}, "policy.execution.request_ahead_steps", "'auto'"),
+        ({"execution": {"mode": "blend"}}, "policy.execution.mode", "'sync', 'switch', 'ensemble', 'crossfade'"),
+        ({"execution": {"request_ahead_steps": "auto"}}, "policy.execution.request_ahead_steps", "an integer"),
+        ({"execution": {"request_ahead_steps": -1}}, "policy.execution.request_ahead_steps", "at least 0"),
         (
             {"action_horizon": 10, "execution": {"request_ahead_steps": 10}},
             "policy.execution.request_ahead_steps",
@@ -84,6 +84,7 @@ def test_nested_maps_for_policies_that_read_them_and_a_flat_ros_parameter_file()
         ({"execution": {"crossfade_steps": 0}}, "policy.execution.crossfade_steps", "at least 1"),
         ({"execution": {"ensemble_rate": float("nan")}}, "policy.execution.ensemble_rate", "finite"),
         ({"execution": {"rate": 1}}, "policy.execution.rate", "known keys"),
+        ({"observations": {"a": {"b": {"c": {"d": "text"}}}}}, "policy.observations.a.b.c.d", "at most three levels"),
         ({"latency": {"max_s": 0}}, "policy.latency.max_s", "greater than 0"),
         ({"latency": {"initial_s": 2.0, "max_s": 1.0}}, "policy.latency.initial_s", "at most latency.max_s"),
         ({"reconnect_initial_s": 5.0, "reconnect_max_s": 1.0}, "policy.reconnect_max_s", ">= reconnect_initial_s"),
@@ -95,6 +96,25 @@ def test_a_mistake_is_refused_naming_the_full_key(overrides, key, allowed):
         load_policy_config(section(**overrides), SOURCES)
     assert caught.value.key == key
     assert allowed in str(caught.value)
+
+
+def test_the_uri_is_required_and_every_key_read_is_recorded_for_declaration():
+    values = section()
+    del values["uri"]
+    with pytest.raises(ConfigError, match=r"policy\.uri: got None; this key is required"):
+        load_policy_config(values, SOURCES)
+    used: dict = {}
+    load_policy_config(section(execution={"mode": "sync"}), SOURCES, used)
+    assert used["policy.uri"] == "ws://127.0.0.1:8000" and used["policy.execution.mode"] == "sync"
+    assert used["policy.observations.observation.image"] == "images.front"
+    assert used["policy.latency.max_s"] == 5.0  # defaults too: the node declares what it runs with
+    assert {find_spec(key, POLICY_SPECS) is not None for key in used} == {True}
+
+
+def test_request_ahead_steps_0_means_from_the_measured_latency():
+    assert load_policy_config(section(), SOURCES).execution.request_ahead_steps is None
+    config = load_policy_config(section(execution={"request_ahead_steps": 3}), SOURCES)
+    assert config.execution.request_ahead_steps == 3
 
 
 def test_the_api_key_variable_and_the_ca_file_are_checked_against_the_environment(tmp_path):
@@ -114,3 +134,21 @@ def test_an_action_dim_narrower_than_the_sinks_read_is_refused():
     assert config.expectation(min_width=4).width == 4
     with pytest.raises(ConfigError, match=r"policy\.action_dim: got 4; the actions' sinks read 6"):
         config.expectation(min_width=6)
+
+
+def test_the_policy_declarations_do_not_clash_with_the_bridge_s():
+    assert not {spec.key for spec in POLICY_SPECS} & {spec.key for spec in SPECS}
+    assert all(spec.key.startswith("policy.") for spec in POLICY_SPECS)
+
+
+@pytest.mark.ros
+def test_every_policy_key_read_can_be_declared_read_only_on_a_node():
+    used: dict = {}
+    load_policy_config(section(api_key_env="K", execution={"request_ahead_steps": 4}), SOURCES, used)
+    for key, value in used.items():
+        spec = find_spec(key, POLICY_SPECS)
+        held = parameter_value(spec, value)
+        described = descriptor(spec, key, held)
+        assert described.read_only and described.name == key
+    ranged = descriptor(find_spec("policy.latency.max_s", POLICY_SPECS), "policy.latency.max_s", 5.0)
+    assert ranged.floating_point_range[0].from_value == 0.0

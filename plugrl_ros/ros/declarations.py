@@ -183,6 +183,11 @@ def _pattern(key: str) -> re.Pattern[str]:
 _PATTERNS = [(_pattern(spec.key), spec) for spec in SPECS]
 
 
+def find_spec(key: str, specs: tuple[Spec, ...]) -> Spec | None:
+    """The declaration of a dotted key among ``specs`` (a table kept apart from :data:`SPECS`), or None."""
+    return next((spec for spec in specs if _pattern(spec.key).fullmatch(key)), None)
+
+
 def spec_for(key: str) -> Spec | None:
     """The declaration of a dotted key (``actions.arm.idle`` is ``actions.<name>.idle``), or None."""
     for pattern, spec in _PATTERNS:

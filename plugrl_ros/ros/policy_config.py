@@ -22,12 +22,18 @@ must look like, and how chunks are executed.
       action_dim: 0
       execution:
         mode: switch             # sync | switch | ensemble | crossfade
-        request_ahead_steps: auto
+        request_ahead_steps: 0   # 0: from the measured latency
         ensemble_rate: 0.01
         crossfade_steps: 5
       latency:
         initial_s: 0.1           # assumed until the first answer is measured
         max_s: 5.0               # an answer later than this: reconnect
+
+Every key's type, default and range is declared in :data:`POLICY_SPECS`, in
+the form of :mod:`plugrl_ros.ros.declarations`. They are kept apart from the
+bridge's table until the node runs deploy mode: the README's table and the
+shipped config show only what the bridge runs. The keys read are recorded in
+:attr:`PolicyReader.used`, ready to be declared on the node.
 """
 
 from __future__ import annotations
@@ -42,29 +48,49 @@ from plugrl_ros.policy.execution import MODES, ExecutionSettings
 from plugrl_ros.protocol.client import ClientSettings
 from plugrl_ros.protocol.policy.request import RequestInput, RequestLayout
 from plugrl_ros.protocol.policy.session import DEFAULT_ACTION_KEY, Expectation
+from plugrl_ros.ros.declarations import REQUIRED, Spec, find_spec
 from plugrl_ros.ros.params import ConfigError
 
 SECTION = "policy"
-KEYS = (
-    "uri",
-    "api_key_env",
-    "ca_file",
-    "reconnect_initial_s",
-    "reconnect_max_s",
-    "open_timeout_s",
-    "max_frame_mb",
-    "observations",
-    "key_separator",
-    "action_key",
-    "action_horizon",
-    "action_dim",
-    "execution",
-    "latency",
-)
-EXECUTION_KEYS = ("mode", "request_ahead_steps", "ensemble_rate", "crossfade_steps")
-LATENCY_KEYS = ("initial_s", "max_s")
 SEPARATORS = ("/", ".", "")
-AUTO = "auto"
+_SOURCE = "the source sent under this key: images.<name>, states.<name> or text"
+
+POLICY_SPECS: tuple[Spec, ...] = (
+    Spec("policy.uri", "str", REQUIRED, "policy server address, ws:// or wss://"),
+    Spec("policy.api_key_env", "str", "", "name of the environment variable holding the API key (never the key)"),
+    Spec("policy.ca_file", "str", "", 'CA bundle for a wss:// server ("" = system CAs)'),
+    Spec("policy.reconnect_initial_s", "float", 0.5, "first reconnect delay (doubling, jittered)", positive=True),
+    Spec("policy.reconnect_max_s", "float", 10.0, "longest reconnect delay", positive=True),
+    Spec(
+        "policy.open_timeout_s", "float", 10.0, "one connection attempt's timeout (and the metadata's)", positive=True
+    ),
+    Spec("policy.max_frame_mb", "float", 0.0, "refuse larger answers (0 = any size)", minimum=0.0),
+    Spec("policy.observations.<name>", "str", REQUIRED, _SOURCE),
+    Spec("policy.observations.<name>.<part>", "str", REQUIRED, _SOURCE),
+    Spec("policy.observations.<name>.<part>.<leaf>", "str", REQUIRED, _SOURCE),
+    Spec(
+        "policy.key_separator",
+        "str",
+        "/",
+        'joins nested observation names into one request key ("" = send nested maps)',
+        choices=SEPARATORS,
+    ),
+    Spec("policy.action_key", "str", DEFAULT_ACTION_KEY, "the answer's key holding the actions [H, action_dim]"),
+    Spec("policy.action_horizon", "int", 0, "expected H (0 = as announced, or the first answer's)", minimum=0),
+    Spec("policy.action_dim", "int", 0, "expected action width (0 = as announced, or the first answer's)", minimum=0),
+    Spec("policy.execution.mode", "str", "switch", "how a new chunk takes over", choices=MODES),
+    Spec(
+        "policy.execution.request_ahead_steps",
+        "int",
+        0,
+        "request the next chunk with this many steps left (0 = from the measured latency)",
+        minimum=0,
+    ),
+    Spec("policy.execution.ensemble_rate", "float", 0.01, "ensemble weights exp(-rate * i), i = 0 the oldest"),
+    Spec("policy.execution.crossfade_steps", "int", 5, "ticks a crossfade takes", minimum=1),
+    Spec("policy.latency.initial_s", "float", 0.1, "request latency assumed until one is measured", minimum=0.0),
+    Spec("policy.latency.max_s", "float", 5.0, "a request unanswered this long: reconnect", positive=True),
+)
 
 
 @dataclass(frozen=True)
@@ -92,31 +118,33 @@ class PolicyConfig:
         return Expectation(self.action_key, self.action_horizon, self.action_dim, min_width)
 
 
-def load_policy_config(section: Any, sources: Collection[str], prefix: str = SECTION) -> PolicyConfig:
-    """Parse the ``policy`` section; ``sources`` are the observation sources it may name (``images.front``, ...)."""
-    s = _Reader(section, prefix)
-    s.known(KEYS)
+def load_policy_config(
+    values: Any, sources: Collection[str], used: dict[str, Any] | None = None, prefix: str = SECTION
+) -> PolicyConfig:
+    """Parse the ``policy`` section's nested values; ``sources`` are what it may name (``images.front``, ...).
+
+    ``used`` (if given) receives every dotted key read and its value, defaults included.
+    """
+    s = PolicyReader(values, prefix, {} if used is None else used)
     server = ClientSettings(
         uri=_uri(s),
-        api_key_env=s.str("api_key_env", ""),
-        ca_file=s.str("ca_file", ""),
-        reconnect_initial_s=s.number("reconnect_initial_s", 0.5, positive=True),
-        reconnect_max_s=s.number("reconnect_max_s", 10.0, positive=True),
-        open_timeout_s=s.number("open_timeout_s", 10.0, positive=True),
-        max_frame_bytes=_frame_cap(s),
+        api_key_env=s.str("api_key_env"),
+        ca_file=s.str("ca_file"),
+        reconnect_initial_s=s.float("reconnect_initial_s"),
+        reconnect_max_s=s.float("reconnect_max_s"),
+        open_timeout_s=s.float("open_timeout_s"),
+        max_frame_bytes=int(s.float("max_frame_mb") * 2**20) or None,
     )
     if server.reconnect_max_s < server.reconnect_initial_s:
         raise ConfigError(s.key("reconnect_max_s"), server.reconnect_max_s, "must be >= reconnect_initial_s")
-    separator = s.str("key_separator", "/")
-    if separator not in SEPARATORS:
-        raise ConfigError(s.key("key_separator"), separator, '"/" or "." (flat keys), or "" (nested maps)')
-    layout = _layout(s.sub("observations"), separator, sources)
-    action_key = s.str("action_key", DEFAULT_ACTION_KEY)
+    layout = _layout(s.section("observations"), s.str("key_separator"), sources)
+    action_key = s.str("action_key")
     if not action_key:
         raise ConfigError(s.key("action_key"), action_key, "the answer's key holding the actions, e.g. actions")
-    horizon = s.integer("action_horizon", 0, minimum=0)
-    width = s.integer("action_dim", 0, minimum=0)
-    execution = _execution(s.sub("execution"), s.sub("latency"), horizon)
+    horizon = s.int("action_horizon")
+    width = s.int("action_dim")
+    execution = _execution(s.section("execution"), s.section("latency"), horizon)
+    s.finish()
     return PolicyConfig(server, layout, action_key, horizon, width, execution)
 
 
@@ -128,33 +156,29 @@ def check_policy_environment(config: PolicyConfig, environ: Mapping[str, str], p
         raise ConfigError(f"{prefix}.{setting}", value, why)
 
 
-def _uri(s: _Reader) -> str:
+def _uri(s: PolicyReader) -> str:
     uri = s.str("uri")
     if not uri.startswith(("ws://", "wss://")) or len(uri) <= len("wss://"):
         raise ConfigError(s.key("uri"), uri, "a ws:// or wss:// URI, e.g. ws://192.168.1.10:8000")
     return uri
 
 
-def _frame_cap(s: _Reader) -> int | None:
-    megabytes = s.number("max_frame_mb", 0.0, minimum=0.0)
-    return int(megabytes * 2**20) if megabytes else None
-
-
-def _layout(s: _Reader, separator: str, sources: Collection[str]) -> RequestLayout:
+def _layout(s: PolicyReader, separator: str, sources: Collection[str]) -> RequestLayout:
     inputs: list[RequestInput] = []
 
-    def walk(reader: _Reader, path: tuple[str, ...]) -> None:
-        for name, value in reader.items():
-            key = reader.key(name)
-            if not name:
-                raise ConfigError(key, value, "a request key must not be empty")
-            if isinstance(value, Mapping):
-                walk(reader.sub(name), (*path, name))
-            elif not isinstance(value, str) or value not in sources:
+    def walk(reader: PolicyReader, path: tuple[str, ...]) -> None:
+        for name in reader.names():
+            if isinstance(reader.raw(name), Mapping):
+                walk(reader.section(name), (*path, name))
+                continue
+            if len(path) >= 3:
+                raise ConfigError(reader.key(name), reader.raw(name), "request keys nest at most three levels")
+            value = reader.str(name)
+            if value not in sources:
                 known = ", ".join(sorted(sources)) or "none configured"
-                raise ConfigError(key, value, f"the source to send under this key; one of: {known}")
-            else:
-                inputs.append(RequestInput((*path, name), value))
+                raise ConfigError(reader.key(name), value, f"the source to send under this key; one of: {known}")
+            inputs.append(RequestInput((*path, name), value))
+        reader.finish()
 
     walk(s, ())
     if not inputs:
@@ -175,91 +199,107 @@ def _layout(s: _Reader, separator: str, sources: Collection[str]) -> RequestLayo
     return RequestLayout(tuple(inputs), separator)
 
 
-def _execution(s: _Reader, latency: _Reader, horizon: int) -> ExecutionSettings:
-    s.known(EXECUTION_KEYS)
-    latency.known(LATENCY_KEYS)
-    mode = s.str("mode", "switch")
-    if mode not in MODES:
-        raise ConfigError(s.key("mode"), mode, f"allowed: {', '.join(MODES)}")
-    ahead_raw = s.raw("request_ahead_steps", AUTO)
-    if ahead_raw == AUTO:
-        ahead = None
-    elif type(ahead_raw) is int and ahead_raw >= 0:
-        ahead = ahead_raw
-    else:
-        raise ConfigError(
-            s.key("request_ahead_steps"), ahead_raw, f"{AUTO!r} (from the measured latency) or a number of steps >= 0"
-        )
-    if ahead is not None and horizon and ahead >= horizon:
+def _execution(s: PolicyReader, latency: PolicyReader, horizon: int) -> ExecutionSettings:
+    mode = s.str("mode")
+    ahead = s.int("request_ahead_steps")
+    if ahead and horizon and ahead >= horizon:
         raise ConfigError(
             s.key("request_ahead_steps"), ahead, f"must be below policy.action_horizon ({horizon}): a chunk has no more"
         )
-    initial = latency.number("initial_s", 0.1, minimum=0.0)
-    maximum = latency.number("max_s", 5.0, positive=True)
+    initial = latency.float("initial_s")
+    maximum = latency.float("max_s")
     if initial > maximum:
         raise ConfigError(latency.key("initial_s"), initial, f"must be at most latency.max_s ({maximum:g})")
-    return ExecutionSettings(
+    settings = ExecutionSettings(
         mode=mode,
-        request_ahead_steps=ahead,
-        ensemble_rate=s.number("ensemble_rate", 0.01),
-        crossfade_steps=s.integer("crossfade_steps", 5, minimum=1),
+        request_ahead_steps=ahead or None,
+        ensemble_rate=s.float("ensemble_rate"),
+        crossfade_steps=s.int("crossfade_steps"),
         initial_latency_s=initial,
         max_latency_s=maximum,
     )
+    s.finish()
+    latency.finish()
+    return settings
 
 
-class _Reader:
-    """Typed reads of one map of the section, with errors that name the full dotted key."""
+class PolicyReader:
+    """Typed reads of one map of the section, defaults and ranges from :data:`POLICY_SPECS`.
 
-    def __init__(self, values: Any, prefix: str) -> None:
+    The same contract as :class:`plugrl_ros.ros.params.Section` (errors name
+    the full dotted key; :meth:`finish` refuses a key nobody read), over a
+    table of its own.
+    """
+
+    def __init__(self, values: Any, prefix: str, used: dict[str, Any]) -> None:
         if not isinstance(values, Mapping):
             raise ConfigError(prefix, values, "expected a map of keys")
         self._values = dict(values)
+        self._read: set[str] = set()
         self.prefix = prefix
+        self.used = used
 
     def key(self, name: str) -> str:
         return f"{self.prefix}.{name}"
 
-    def items(self) -> list[tuple[str, Any]]:
-        return list(self._values.items())
+    def names(self) -> list[str]:
+        return list(self._values)
 
-    def known(self, names: Collection[str]) -> None:
-        for name in self._values:
-            if name not in names:
-                close = difflib.get_close_matches(name, names, n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise ConfigError(
-                    self.key(name), self._values[name], f"unknown key; {hint}known keys: {', '.join(sorted(names))}"
-                )
+    def raw(self, name: str) -> Any:
+        return self._values.get(name)
 
-    def raw(self, name: str, default: Any) -> Any:
-        return self._values.get(name, default)
+    def section(self, name: str) -> PolicyReader:
+        self._read.add(name)
+        return PolicyReader(self._values.get(name, {}), self.key(name), self.used)
 
-    def sub(self, name: str) -> _Reader:
-        return _Reader(self._values.get(name, {}), self.key(name))
+    def finish(self) -> None:
+        """Refuse a key nobody read: a misspelt key must not be silently ignored."""
+        unknown = sorted(set(self._values) - self._read)
+        if unknown:
+            known = sorted(self._read)
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(
+                self.key(unknown[0]), self._values[unknown[0]], f"unknown key; {hint}known keys: {', '.join(known)}"
+            )
 
-    def str(self, name: str, default: str | None = None) -> str:
-        value = self._values.get(name, default)
-        if value is None:
-            raise ConfigError(self.key(name), value, "this key is required")
+    def _get(self, name: str, kind: str) -> tuple[Any, Spec]:
+        key = self.key(name)
+        spec = find_spec(key, POLICY_SPECS)
+        assert spec is not None and spec.kind == kind, f"{key} is read as {kind} but not declared so in POLICY_SPECS"
+        self._read.add(name)
+        value = self._values.get(name, spec.default)
+        if value is REQUIRED:
+            raise ConfigError(key, None, "this key is required")
+        self.used[key] = value
+        return value, spec
+
+    def str(self, name: str) -> str:
+        value, spec = self._get(name, "str")
         if not isinstance(value, str):
             raise ConfigError(self.key(name), value, "expected a string")
+        if spec.choices and value not in spec.choices:
+            raise ConfigError(self.key(name), value, "allowed: " + ", ".join(repr(c) for c in spec.choices))
         return value
 
-    def integer(self, name: str, default: int, minimum: int | None = None) -> int:
-        value = self._values.get(name, default)
+    def int(self, name: str) -> int:
+        value, spec = self._get(name, "int")
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(self.key(name), value, "expected an integer")
-        if minimum is not None and value < minimum:
-            raise ConfigError(self.key(name), value, f"must be at least {minimum}")
+        self._check_range(name, value, spec)
         return value
 
-    def number(self, name: str, default: float, minimum: float | None = None, positive: bool = False) -> float:
-        value = self._values.get(name, default)
+    def float(self, name: str) -> float:
+        value, spec = self._get(name, "float")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ConfigError(self.key(name), value, "expected a finite number")
-        if positive and value <= 0:
-            raise ConfigError(self.key(name), value, "must be greater than 0")
-        if minimum is not None and value < minimum:
-            raise ConfigError(self.key(name), value, f"must be at least {minimum:g}")
+        self._check_range(name, float(value), spec)
         return float(value)
+
+    def _check_range(self, name: str, value: float, spec: Spec) -> None:
+        if spec.positive and value <= 0:
+            raise ConfigError(self.key(name), value, "must be greater than 0")
+        if spec.minimum is not None and value < spec.minimum:
+            raise ConfigError(self.key(name), value, f"must be at least {spec.minimum:g}")
+        if spec.maximum is not None and value > spec.maximum:
+            raise ConfigError(self.key(name), value, f"must be at most {spec.maximum:g}")
