@@ -18,7 +18,7 @@ setup(
     ],
     package_data={PACKAGE: ["config/*.yaml"]},
     python_requires=">=3.10",
-    install_requires=["numpy", "msgpack>=1.0", "websockets>=15.0", "PyYAML"],
+    install_requires=["numpy", "msgpack>=1.0", "websockets>=15.0", "PyYAML", "mcap>=1.2", "mcap-ros2-support>=0.5"],
     # OpenCV comes from apt (python3-opencv, via rosdep) on a robot; a pip-only install adds it with [opencv].
     extras_require={"opencv": ["opencv-python-headless"]},
     zip_safe=True,
@@ -41,6 +41,8 @@ setup(
             "plugrl-probe-robot = plugrl_ros.tools.probe_robot:main",
             "plugrl-test-policy-server = plugrl_ros.tools.test_policy_server:main",
             "plugrl-test-trainer = plugrl_ros.tools.test_trainer:main",
+            "plugrl-record-info = plugrl_ros.record.info:main",
+            "plugrl-export = plugrl_ros.record.export:main",
         ],
     },
 )

@@ -35,6 +35,9 @@ FORBIDDEN = {
         "websockets",
     ),
     "ros": ("plugrl_ros.tools", "plugrl_ros.demo"),
+    # The recorder observes the node, it is not part of it: no rclpy (message definitions are read
+    # as files through ament_index), no node code, no rollout state.
+    "record": ("plugrl_ros.ros", "plugrl_ros.rollout", "plugrl_ros.tools", "plugrl_ros.demo", "rclpy", "websockets"),
 }
 
 

@@ -1,0 +1,1 @@
+"""Recording: every transition of a run as MCAP, written off the control thread, and tools to read it back."""

@@ -1,0 +1,303 @@
+"""``plugrl-export FILE... --to npz OUT``: one ``.npz`` per finished episode, for offline RL and imitation.
+
+Each episode file holds two views of the same run (T steps, K chunks):
+
+- per chunk, the transitions the trainer saw: ``observations/<images|states>/<name>`` [K(+1)]
+  (the observation each chunk was inferred from, plus the final one fed back),
+  ``next_observations/...`` [K] (the observation fed back after the chunk; zeros where
+  ``fed_back`` is false: a reconnect dropped it), ``actions`` [K, H, *da] as received,
+  ``chunk_steps`` [K] steps of each chunk that ran, ``rewards`` [K] (their sum),
+  ``terminated``/``truncated``/``dones``/``fed_back`` [K];
+- per step, what the robot did: ``step_actions`` [T, *da] (the chunk row that ran),
+  ``commanded/<sink>`` [T, d] (what each actuator was sent after shaping; NaN where it
+  published nothing), ``step_rewards``, ``step_terminated``, ``step_truncated``, ``step_t_ns`` [T];
+
+and ``env``, ``episode_return``, ``episode_length``, ``success``, and ``complete`` (false if
+the recorder dropped calls while the episode ran). Idle ticks (no action available) are not
+steps of the episode. Episodes still running when the recording ends are not exported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from plugrl_ros.record import channels
+from plugrl_ros.record.read import Recorded, RecordingReader, array, image, labelled, values
+
+
+@dataclass
+class _Chunk:
+    action: np.ndarray
+    obs: dict[str, Any] | None
+    next_obs: dict[str, Any] | None = None
+    dropped: bool = False
+    steps: list[int] = field(default_factory=list)  # indices into the episode's steps
+
+    @property
+    def closed(self) -> bool:
+        return self.next_obs is not None or self.dropped
+
+
+@dataclass
+class _Step:
+    t_ns: int
+    seq: int
+    action: np.ndarray | None
+    commanded: dict[str, np.ndarray] = field(default_factory=dict)
+    result: dict[str, float] | None = None
+
+
+@dataclass
+class _Episode:
+    chunks: list[_Chunk] = field(default_factory=list)
+    steps: list[_Step] = field(default_factory=list)
+    end: dict[str, float] | None = None
+    complete: bool = True
+
+
+@dataclass
+class _Env:
+    index: int
+    episode: _Episode = field(default_factory=_Episode)
+    latest_obs: dict[str, Any] | None = None
+    obs_key: tuple[str, int] | None = None  # (sent_in, sequence) of the observation being gathered
+    obs_parts: dict[str, Any] = field(default_factory=dict)
+    pending_step: _Step | None = None
+    exported: int = 0
+
+
+@dataclass(frozen=True)
+class EpisodeArrays:
+    env: int
+    index: int
+    arrays: dict[str, np.ndarray]
+
+
+class EpisodeAssembler:
+    """Rebuilds episodes from a recording's messages, fed in file order."""
+
+    def __init__(self) -> None:
+        self.envs: dict[int, _Env] = {}
+        self.unfinished = 0
+        self.skipped: list[str] = []
+        self._last_seq = 0
+
+    def feed(self, recorded: Recorded) -> Iterator[EpisodeArrays]:
+        topic, msg, log_time, seq = recorded.topic, recorded.msg, recorded.log_time, recorded.sequence
+        if topic in (channels.CONFIG_TOPIC, channels.RECORDER_TOPIC):
+            return
+        if seq > self._last_seq + 1 and self._last_seq:
+            for env in self.envs.values():  # calls were dropped; we cannot tell whose
+                env.episode.complete = False
+        self._last_seq = max(self._last_seq, seq)
+        per_env = channels.split_env_topic(topic)
+        if per_env is None:
+            if topic == channels.LINK_EVENT_TOPIC and msg.message == "close":
+                for index in values(msg).get("dropped_envs", []):
+                    env = self.envs.get(int(index))
+                    if env is not None and env.episode.chunks and not env.episode.chunks[-1].closed:
+                        env.episode.chunks[-1].dropped = True
+                        yield from self._maybe_close(env)
+            return
+        index, rest = per_env
+        env = self.envs.setdefault(index, _Env(index))
+        head, _, name = rest.partition("/")
+        if head in channels.SENT_IN:
+            key = (head, seq)
+            if env.obs_key != key:
+                yield from self._finish_obs(env)
+                env.obs_key = key
+            kind, _, obs_name = name.partition("/")
+            if kind == "images":
+                env.obs_parts[f"images/{obs_name}"] = image(recorded)
+            elif kind == "states":
+                env.obs_parts[f"states/{obs_name}"] = array(msg)
+            else:
+                env.obs_parts["text"] = msg.data
+            return
+        yield from self._finish_obs(env)
+        episode = env.episode
+        if rest == "action_chunk":
+            if episode.end is not None:  # its last chunk never got a feedback or a drop on record
+                yield from self._close(env)
+                episode = env.episode
+            if env.latest_obs is None:
+                episode.complete = False
+            episode.chunks.append(_Chunk(array(msg), env.latest_obs))
+        elif rest == "step":
+            fields = labelled(msg)
+            if fields["idle"]:
+                env.pending_step = None
+                return
+            chunk = episode.chunks[-1] if episode.chunks else None
+            k = int(fields["chunk_step"])
+            action = chunk.action[k] if chunk is not None and k < len(chunk.action) else None
+            env.pending_step = _Step(log_time, seq, action)
+        elif head == "command":
+            if env.pending_step is not None and env.pending_step.seq == seq:
+                env.pending_step.commanded[name] = array(msg).ravel()
+        elif rest == "step_result":
+            step, env.pending_step = env.pending_step, None
+            if step is None or step.action is None:
+                episode.complete = False
+                return
+            step.result = labelled(msg)
+            if episode.chunks:
+                episode.chunks[-1].steps.append(len(episode.steps))
+            episode.steps.append(step)
+        elif rest == "episode":
+            episode.end = labelled(msg)
+            yield from self._maybe_close(env)
+
+    def finish(self) -> Iterator[EpisodeArrays]:
+        """The recording ended: export episodes that ended; count the ones still running."""
+        for env in self.envs.values():
+            yield from self._finish_obs(env)
+            if env.episode.end is not None:
+                yield from self._close(env)
+            elif env.episode.steps:
+                self.unfinished += 1
+
+    def _finish_obs(self, env: _Env) -> Iterator[EpisodeArrays]:
+        if env.obs_key is None:
+            return
+        sent_in = env.obs_key[0]
+        obs, env.obs_parts, env.obs_key = env.obs_parts, {}, None
+        env.latest_obs = obs  # a reused row is the feedback's: the next chunk starts from it
+        if sent_in == "feedback":
+            chunks = env.episode.chunks
+            if chunks and not chunks[-1].closed:
+                chunks[-1].next_obs = obs
+            yield from self._maybe_close(env)
+
+    def _maybe_close(self, env: _Env) -> Iterator[EpisodeArrays]:
+        episode = env.episode
+        if episode.end is not None and (not episode.chunks or episode.chunks[-1].closed):
+            yield from self._close(env)
+
+    def _close(self, env: _Env) -> Iterator[EpisodeArrays]:
+        episode, env.episode = env.episode, _Episode()
+        env.latest_obs = None  # the next episode starts from its own (post-reset) observation
+        try:
+            arrays = _episode_arrays(env.index, episode)
+        except ValueError as exc:
+            self.skipped.append(f"env {env.index} episode {env.exported}: {exc}")
+            env.exported += 1
+            return
+        yield EpisodeArrays(env.index, env.exported, arrays)
+        env.exported += 1
+
+
+def _stack_obs(rows: list[dict[str, Any]], prefix: str, out: dict[str, np.ndarray]) -> None:
+    names = set(rows[0]) if rows else set()
+    if any(set(r) != names for r in rows):
+        raise ValueError("its observations do not all have the same names")
+    for name in sorted(names):
+        out[f"{prefix}/{name}"] = np.stack([np.asarray(r[name]) for r in rows])
+
+
+def _episode_arrays(env: int, ep: _Episode) -> dict[str, np.ndarray]:
+    if not ep.chunks or not ep.steps:
+        raise ValueError("no chunk or no step of it was recorded")
+    if any(c.obs is None for c in ep.chunks):
+        raise ValueError("the observation a chunk was inferred from was not recorded")
+    out: dict[str, np.ndarray] = {}
+    rows = [c.obs for c in ep.chunks]
+    last = ep.chunks[-1].next_obs
+    _stack_obs(rows + ([last] if last is not None else []), "observations", out)  # type: ignore[list-item]
+    template = rows[0]
+    assert template is not None
+    zeros = {k: np.zeros_like(np.asarray(v)) if not isinstance(v, str) else "" for k, v in template.items()}
+    _stack_obs([c.next_obs if c.next_obs is not None else zeros for c in ep.chunks], "next_observations", out)
+    out["actions"] = np.stack([c.action for c in ep.chunks])
+    results = [s.result for s in ep.steps]
+    assert all(r is not None for r in results)
+    step_rewards = np.array([r["reward"] for r in results], dtype=np.float64)  # type: ignore[index]
+    step_term = np.array([bool(r["terminated"]) for r in results])  # type: ignore[index]
+    step_trunc = np.array([bool(r["truncated"]) for r in results])  # type: ignore[index]
+    out["chunk_steps"] = np.array([len(c.steps) for c in ep.chunks], dtype=np.int64)
+    out["rewards"] = np.array([step_rewards[c.steps].sum() for c in ep.chunks])
+    out["terminated"] = np.array([bool(c.steps) and bool(step_term[c.steps[-1]]) for c in ep.chunks])
+    out["truncated"] = np.array([bool(c.steps) and bool(step_trunc[c.steps[-1]]) for c in ep.chunks])
+    out["dones"] = out["terminated"] | out["truncated"]
+    out["fed_back"] = np.array([c.next_obs is not None for c in ep.chunks])
+    out["step_actions"] = np.stack([s.action for s in ep.steps])  # type: ignore[misc]
+    sinks = sorted({name for s in ep.steps for name in s.commanded})
+    for sink in sinks:
+        width = max(len(s.commanded[sink]) for s in ep.steps if sink in s.commanded)
+        out[f"commanded/{sink}"] = np.stack([s.commanded.get(sink, np.full(width, np.nan)) for s in ep.steps])
+    out["step_rewards"] = step_rewards
+    out["step_terminated"] = step_term
+    out["step_truncated"] = step_trunc
+    out["step_t_ns"] = np.array([s.t_ns for s in ep.steps], dtype=np.int64)
+    end = ep.end or {}
+    out["env"] = np.array(env)
+    out["episode_return"] = np.array(end.get("return", np.nan))
+    out["episode_length"] = np.array(int(end.get("length", len(ep.steps))))
+    out["success"] = np.array(bool(end.get("success", 0.0)))
+    out["complete"] = np.array(ep.complete)
+    return out
+
+
+def iter_episodes(
+    paths: list[Path], assembler: EpisodeAssembler, readers: list[RecordingReader]
+) -> Iterator[EpisodeArrays]:
+    """Every finished episode of a recording (the parts of a rotated run, in order), as it is rebuilt.
+
+    ``readers`` collects each file's reader, to tell afterwards whether a file was cut off.
+    """
+    for path in paths:
+        reader = RecordingReader(path)
+        readers.append(reader)
+        for rec in reader:
+            yield from assembler.feed(rec)
+    yield from assembler.finish()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="plugrl-export", description="Export a plugrl_ros recording's episodes as arrays for offline RL."
+    )
+    parser.add_argument("files", nargs="+", type=Path, help="MCAP files (the parts of a rotated run, in order)")
+    parser.add_argument(
+        "--to", nargs=2, metavar=("FORMAT", "OUT"), required=True, help="'npz' and the folder to write episodes into"
+    )
+    args = parser.parse_args(argv)
+    fmt, out = args.to
+    if fmt != "npz":
+        parser.error(f"--to: format {fmt!r} is not supported; supported: npz")
+    missing = [str(p) for p in args.files if not p.is_file()]
+    if missing:
+        parser.error(f"no such file: {', '.join(missing)}")
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    assembler = EpisodeAssembler()
+    readers: list[RecordingReader] = []
+    written = incomplete = 0
+    for ep in iter_episodes(args.files, assembler, readers):  # written one by one: frames add up
+        np.savez(out_dir / f"env{ep.env}_episode{ep.index:05d}.npz", **ep.arrays)
+        written += 1
+        incomplete += not bool(ep.arrays["complete"])
+    for reader in readers:
+        if reader.problem:
+            print(f"{reader.path}: {reader.problem}", file=sys.stderr)
+    print(
+        f"wrote {written} episode(s) to {out_dir}"
+        + (f" ({incomplete} marked incomplete: the recorder dropped calls during them)" if incomplete else "")
+    )
+    if assembler.unfinished:
+        print(f"{assembler.unfinished} episode(s) were still running when the recording ended (not exported)")
+    for reason in assembler.skipped:
+        print(f"skipped {reason}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
