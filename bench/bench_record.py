@@ -1,0 +1,209 @@
+"""Benchmark of what recording costs the control thread, against a no-op call and a copy of the frames.
+
+Run: ``.venv/bin/python bench/bench_record.py [--repeat R] [--min-time S] [--quick] [--json PATH]``.
+Prints two Markdown tables.
+
+Per-call cost on the calling thread of each :class:`Recorder` method with a
+two-camera 640x480 observation plus a 14-dim state, against two baselines
+measured in the same run: a no-op Python method taking the same arguments
+(the floor of any call), and a memcpy of the two frames into a preallocated
+buffer (what any recorder that copies the observation would pay). The
+writer is either parked (its stream blocks: pure queueing cost; once the
+budget is full, the drop path) or live, writing to a stream that discards
+the bytes (the control thread then also competes with the writer for the
+GIL, as it does on a robot). The second table is the writer's own
+throughput: observations per second it turns into MCAP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import fmt_ratio, fmt_us, interleaved_medians, md_table, save_json
+from plugrl_ros.protocol.messages import ObservationRow
+from plugrl_ros.record.recorder import Recorder
+from plugrl_ros.record.settings import RecordSettings
+
+
+class NullStream(io.RawIOBase):
+    """Counts and discards: the disk is not what this benchmark measures."""
+
+    def __init__(self) -> None:
+        self.position = 0
+        self.gate = threading.Event()
+        self.gate.set()
+        self.refuse = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.gate.wait()
+        if self.refuse:  # the measurement is over: fail the recorder, which then discards its queue
+            raise OSError("benchmark over")
+        self.position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.position
+
+
+class NoOp:
+    """The floor: a method call with the recorder's arguments that does nothing."""
+
+    def observation(self, env, t_ns, row, sent_in) -> None:
+        pass
+
+
+def observation() -> ObservationRow:
+    rng = np.random.default_rng(0)
+    return ObservationRow(
+        images={
+            "base": rng.integers(0, 256, (480, 640, 3), dtype=np.uint8),
+            "wrist": rng.integers(0, 256, (480, 640, 3), dtype=np.uint8),
+        },
+        states={"joints": rng.standard_normal(14)},
+    )
+
+
+def recorder(
+    tmp: Path, queue_mb: float, compression: str = "lz4", image_format: str = "raw"
+) -> tuple[Recorder, NullStream]:
+    stream = NullStream()
+    settings = RecordSettings(
+        path=tmp,
+        queue_bytes=int(queue_mb * 1024 * 1024),
+        compression=compression,  # type: ignore[arg-type]
+        image_format=image_format,  # type: ignore[arg-type]
+    )
+    rec = Recorder(settings, opener=lambda path: stream)
+    rec.start()
+    return rec, stream
+
+
+def call_costs(tmp: Path, repeat: int, min_time: float) -> tuple[list[list], list[dict]]:
+    row = observation()
+    frames = row.images["base"].nbytes * 2
+    floor_buffer = np.empty(frames, dtype=np.uint8)
+    base, wrist = row.images["base"].reshape(-1), row.images["wrist"].reshape(-1)
+
+    def memcpy() -> None:
+        floor_buffer[: base.size] = base
+        floor_buffer[base.size :] = wrist
+
+    noop = NoOp()
+    # parked with room: every call is queued (the budget is far beyond what the run adds)
+    parked, parked_stream = recorder(tmp / "parked", queue_mb=1e9)
+    parked_stream.gate.clear()
+    # parked and full: every call is dropped
+    full, full_stream = recorder(tmp / "full", queue_mb=1.0)
+    full_stream.gate.clear()
+    action = np.zeros((50, 7), dtype=np.float32)
+    commanded = {"arm": np.zeros(6), "gripper": np.zeros(1)}
+    t = iter(range(10**12))
+    baselines = {
+        "no-op call (floor)": lambda: noop.observation(0, next(t), row, "infer"),
+        "memcpy of the 2 frames": memcpy,
+    }
+    parked_cases = {
+        **baselines,
+        "observation, queued": lambda: parked.observation(0, next(t), row, "infer"),
+        "observation, dropped (queue full)": lambda: full.observation(0, next(t), row, "infer"),
+        "chunk 50x7, queued": lambda: parked.chunk(0, next(t), action),
+        "step, 2 sinks, queued": lambda: parked.step(0, next(t), 3, commanded),
+        "step_result, queued": lambda: parked.step_result(0, next(t), 1.0, False, False, False),
+    }
+    rows: list[list] = []
+    saved: list[dict] = []
+
+    def add(writer: str, medians: dict[str, float]) -> None:
+        floor, copy = medians["no-op call (floor)"], medians["memcpy of the 2 frames"]
+        for name, s in medians.items():
+            rows.append([writer, name, fmt_us(s), fmt_ratio(s / floor), fmt_ratio(s / copy)])
+            saved.append({"writer": writer, "case": name, "us": s * 1e6, "x_noop": s / floor, "x_memcpy": s / copy})
+
+    add("parked", interleaved_medians(parked_cases, repeat, min_time))
+    for stream in (parked_stream, full_stream):
+        stream.refuse = True  # a parked queue can hold thousands of frames: discard, do not write them
+        stream.gate.set()
+    for rec in (parked, full):
+        rec.close(timeout_s=600)
+    # The writer busy turning frames into MCAP: the calling thread now competes with it for the GIL,
+    # so the baselines are measured again under the same load.
+    live, _ = recorder(tmp / "live", queue_mb=256.0)
+    live_cases = {**baselines, "observation, writer busy": lambda: live.observation(0, next(t), row, "infer")}
+    add("busy", interleaved_medians(live_cases, repeat, min_time))
+    status = live.status()
+    live.close(timeout_s=600)
+    rows.append(["busy", f"(the busy writer's queue: {status.accepted} queued, {status.dropped} dropped)", "", "", ""])
+    return rows, saved
+
+
+def writer_throughput(tmp: Path, count: int) -> tuple[list[list], list[dict]]:
+    row = observation()
+    rows, saved = [], []
+    for image_format, compression in (("raw", "none"), ("raw", "lz4"), ("raw", "zstd"), ("jpeg", "none")):
+        rec, stream = recorder(tmp / f"w-{image_format}-{compression}", 1e9, compression, image_format)
+        stream.gate.clear()  # queue everything first, then time the writer alone
+        for i in range(count):
+            rec.observation(0, i, row, "infer")
+        started = time.perf_counter()
+        stream.gate.set()
+        assert rec.sync(600.0)
+        elapsed = time.perf_counter() - started
+        rec.close()
+        per_s = count / elapsed
+        mb_in = row.images["base"].nbytes * 2 / 1e6
+        rows.append(
+            [
+                image_format,
+                compression,
+                f"{per_s:,.1f}",
+                f"{per_s * mb_in:,.0f}",
+                f"{stream.position / count / 1e6:.2f}",
+            ]
+        )
+        saved.append(
+            {"compression": compression, "obs_per_s": per_s, "mb_per_obs_written": stream.position / count / 1e6}
+        )
+    return rows, saved
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15, help="rounds of runs; the median is reported")
+    parser.add_argument("--min-time", type=float, default=0.02, help="seconds each run lasts at least")
+    parser.add_argument("--writer-count", type=int, default=60, help="observations for the writer throughput")
+    parser.add_argument("--quick", action="store_true", help="one round, few observations: only checks that it runs")
+    parser.add_argument("--json", default=None, help="also save the results here")
+    args = parser.parse_args()
+    if args.quick:
+        args.repeat, args.min_time, args.writer_count = 1, 0.002, 4
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="plugrl-bench-record-") as tmp:
+        call_rows, call_saved = call_costs(Path(tmp), args.repeat, args.min_time)
+        writer_rows, writer_saved = writer_throughput(Path(tmp), args.writer_count)
+    print("Recorder calls on the control thread (2x640x480x3 frames + 14 states), median of interleaved runs\n")
+    print(md_table(["writer", "case", "µs per call", "x no-op call", "x memcpy of frames"], call_rows))
+    print("\nThe writer thread alone: 2x640x480x3 observations turned into MCAP (bytes discarded)\n")
+    print(
+        md_table(
+            ["images", "chunk compression", "observations/s", "MB/s in", "MB written per observation"], writer_rows
+        )
+    )
+    save_json(args.json, "record", {"rows": call_saved, "writer": writer_saved})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
