@@ -456,8 +456,9 @@ def test_two_runs_in_the_same_second_get_two_files(tmp_path):
 # -- settings ---------------------------------------------------------------------
 
 
-def test_recording_is_off_unless_a_path_is_given():
-    assert not parse_record_section(Section({}, "record")).enabled
+def test_recording_is_off_unless_a_path_is_given_and_the_declared_defaults_are_the_settings_defaults():
+    parsed = parse_record_section(Section({}, "record"))
+    assert not parsed.enabled and parsed == RecordSettings()
 
 
 def test_the_record_section_parses_into_typed_settings():
@@ -485,6 +486,7 @@ def test_the_record_section_parses_into_typed_settings():
         ({"queue_mb": 0}, r"record\.queue_mb: got 0\.0; must be greater than 0"),
         ({"image_format": "gif"}, r"record\.image_format: got 'gif'; allowed: raw, jpeg, png"),
         ({"max_file_mb": -1}, r"record\.max_file_mb: got -1\.0; must be at least 0"),
+        ({"compression": "gzip"}, r"record\.compression: got 'gzip'; allowed: none, lz4, zstd"),
         ({"jpeg_quality": 101}, r"record\.jpeg_quality: got 101; must be at most 100"),
         ({"max_size": 3}, r"record\.max_size: got 3; unknown key under record"),
     ],
@@ -500,3 +502,18 @@ def test_compressed_images_without_opencv_fail_at_startup_naming_the_key(monkeyp
     monkeypatch.setattr(record_settings.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(RecordConfigError, match=r"record\.image_format: got 'jpeg'; compressing images needs OpenCV"):
         parse_record_section(Section({"path": "/tmp/x", "image_format": "jpeg"}, "record"))
+
+
+def test_until_the_node_records_a_record_path_is_refused_naming_the_key():
+    from plugrl_ros.ros.config import load_config
+
+    minimal = {
+        "observations.states.pos.topic": "state",
+        "observations.states.pos.type": "std_msgs/Float64MultiArray",
+        "actions.arm.topic": "cmd",
+        "actions.arm.type": "std_msgs/Float64MultiArray",
+        "actions.arm.slice": [0, 2],
+    }
+    assert load_config(minimal).record == RecordSettings()
+    with pytest.raises(ConfigError, match=r"record\.path: got '/tmp/runs'; recording is not wired into the bridge"):
+        load_config({**minimal, "record.path": "/tmp/runs"})

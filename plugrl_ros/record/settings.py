@@ -2,8 +2,9 @@
 
 Recording is off unless ``record.path`` names a folder. The parser reads
 through any object with the typed getters of the bridge's parameter
-``Section`` (``str``/``float``/``int``/``finish``/``key``), so this module
-stays free of ROS and of the node: the node hands it ``root.section("record")``.
+``Section`` (``str``/``float``/``int``/``finish``/``key``; the keys' types,
+defaults and ranges are declared with the bridge's other parameters), so
+this module stays free of ROS and of the node.
 """
 
 from __future__ import annotations
@@ -17,19 +18,15 @@ from typing import Any, Literal, Protocol
 ImageFormat = Literal["raw", "jpeg", "png"]
 Compression = Literal["none", "lz4", "zstd"]
 
-IMAGE_FORMATS: tuple[str, ...] = ("raw", "jpeg", "png")
-COMPRESSIONS: tuple[str, ...] = ("none", "lz4", "zstd")
-
 
 class SectionReader(Protocol):
-    """What :func:`parse_record_section` needs of a configuration section (the bridge's ``Section``)."""
+    """What :func:`parse_record_section` needs of a configuration section (the bridge's ``Section``,
+    whose declarations supply each key's default, range and choices)."""
 
     def key(self, name: str) -> str: ...
-    def str(self, name: str, default: Any = ..., choices: Any = None) -> str: ...
-    def float(
-        self, name: str, default: Any = ..., minimum: Any = None, maximum: Any = None, positive: bool = False
-    ) -> float: ...
-    def int(self, name: str, default: Any = ..., minimum: Any = None, maximum: Any = None) -> int: ...
+    def str(self, name: str) -> str: ...
+    def float(self, name: str) -> float: ...
+    def int(self, name: str) -> int: ...
     def finish(self) -> None: ...
 
 
@@ -69,17 +66,18 @@ def parse_record_section(
 ) -> RecordSettings:
     """The ``record`` section as :class:`RecordSettings`.
 
-    A bad value raises the section's own error (its getters), or ``make_error(key, value, allowed)``
-    for the checks made here (the node passes its ConfigError so every config error reads alike).
+    A bad value raises the section's own error (its getters check the declared types, ranges and
+    choices), or ``make_error(key, value, allowed)`` for the checks made here (the bridge passes its
+    ConfigError so every config error reads alike).
     """
-    path = section.str("path", "")
-    max_mb = section.float("max_file_mb", 0.0, minimum=0.0)
-    max_duration = section.float("max_file_duration_s", 0.0, minimum=0.0)
-    queue_mb = section.float("queue_mb", 256.0, positive=True)
-    image_format = section.str("image_format", "raw", choices=IMAGE_FORMATS)
-    jpeg_quality = section.int("jpeg_quality", 90, minimum=1, maximum=100)
-    compression = section.str("compression", "lz4", choices=COMPRESSIONS)
-    flush_interval = section.float("flush_interval_s", 1.0, positive=True)
+    path = section.str("path")
+    max_mb = section.float("max_file_mb")
+    max_duration = section.float("max_file_duration_s")
+    queue_mb = section.float("queue_mb")
+    image_format = section.str("image_format")
+    jpeg_quality = section.int("jpeg_quality")
+    compression = section.str("compression")
+    flush_interval = section.float("flush_interval_s")
     section.finish()
     if image_format != "raw" and importlib.util.find_spec("cv2") is None:
         raise make_error(

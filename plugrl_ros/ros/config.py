@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plugrl_ros.protocol.client import ClientSettings
+from plugrl_ros.record.settings import RecordSettings, parse_record_section
 from plugrl_ros.ros.images import make_image_source
 from plugrl_ros.ros.params import ConfigError, Section, nest
 from plugrl_ros.ros.sinks import ActionShaper, make_sink
@@ -22,7 +23,19 @@ from plugrl_ros.ros.sources import TextSource, make_state_source, short_type_nam
 REWARD_TYPES = ("std_msgs/Float32", "std_msgs/Float64")
 RESET_SERVICE_TYPES = ("std_srvs/Trigger", "std_srvs/Empty")
 
-ROOT_KEYS = ("trainer", "envs", "control", "observations", "actions", "reward", "episode", "reset", "pause", "status")
+ROOT_KEYS = (
+    "trainer",
+    "envs",
+    "control",
+    "observations",
+    "actions",
+    "reward",
+    "episode",
+    "reset",
+    "pause",
+    "status",
+    "record",
+)
 # Parameters every ROS node has; they are not the bridge's to validate.
 _ROS_OWNED_PREFIXES = ("use_sim_time", "qos_overrides.", "start_type_description_service", "start_parameter_services")
 
@@ -148,6 +161,7 @@ class BridgeConfig:
     reset: ResetConfig
     pause: PauseConfig
     status: StatusConfig
+    record: RecordSettings
 
     @property
     def action_width_needed(self) -> int:
@@ -232,6 +246,13 @@ def load_config(flat: Mapping[str, Any], used: dict[str, Any] | None = None) -> 
         log_period_s=status_section.float("log_period_s"),
     )
     status_section.finish()
+    record = parse_record_section(root.section("record"), ConfigError)
+    if record.enabled:
+        # The recorder (plugrl_ros.record) is not called by the node yet: refuse rather than
+        # silently record nothing. Wiring it into the node removes this check.
+        raise ConfigError(
+            "record.path", str(record.path), "recording is not wired into the bridge node yet; leave record.path empty"
+        )
     root.finish()
 
     config = BridgeConfig(
@@ -249,6 +270,7 @@ def load_config(flat: Mapping[str, Any], used: dict[str, Any] | None = None) -> 
         reset=reset,
         pause=pause,
         status=status,
+        record=record,
     )
     _check_shared_topics(config)
     return config

@@ -172,6 +172,22 @@ SPECS: tuple[Spec, ...] = (
     Spec("pause.max_age_s", "float", 0.0, "> 0: dead-man switch, run only while false arrives this often", minimum=0.0),
     Spec("status.diagnostics_period_s", "float", 1.0, "/diagnostics period", positive=True),
     Spec("status.log_period_s", "float", 10.0, "one-line status log period (0 = off)", minimum=0.0),
+    Spec("record.path", "str", "", 'folder to record every transition into, as MCAP ("" = off)'),
+    Spec("record.max_file_mb", "float", 0.0, "start a new file past this size (0 = no limit)", minimum=0.0),
+    Spec(
+        "record.max_file_duration_s", "float", 0.0, "start a new file past this much time (0 = no limit)", minimum=0.0
+    ),
+    Spec(
+        "record.queue_mb",
+        "float",
+        256.0,
+        "memory for records waiting to be written; past it they are dropped",
+        positive=True,
+    ),
+    Spec("record.image_format", "str", "raw", "images as recorded", choices=("raw", "jpeg", "png")),
+    Spec("record.jpeg_quality", "int", 90, "JPEG quality (image_format jpeg)", minimum=1, maximum=100),
+    Spec("record.compression", "str", "lz4", "compression of the file's chunks", choices=("none", "lz4", "zstd")),
+    Spec("record.flush_interval_s", "float", 1.0, "a killed bridge loses at most this much recording", positive=True),
 )
 
 
