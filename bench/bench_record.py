@@ -12,7 +12,9 @@ writer is either parked (its stream blocks: pure queueing cost; once the
 budget is full, the drop path) or live, writing to a stream that discards
 the bytes (the control thread then also competes with the writer for the
 GIL, as it does on a robot). The second table is the writer's own
-throughput: observations per second it turns into MCAP.
+throughput: observations per second it turns into MCAP. The third is a
+100 Hz loop on its own thread recording every tick, against the same loop
+with recording off: how late its wake-ups come (p50, p99, max).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import fmt_ratio, fmt_us, interleaved_medians, md_table, save_json
+from bench.common import fmt_ratio, fmt_us, interleaved_medians, md_table, median, percentile, save_json
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.record.recorder import Recorder
 from plugrl_ros.record.settings import RecordSettings
@@ -178,21 +181,90 @@ def writer_throughput(tmp: Path, count: int) -> tuple[list[list], list[dict]]:
     return rows, saved
 
 
+class Off:
+    """Recording off: the tick makes no recorder calls at all."""
+
+    def observation(self, *args) -> None:
+        pass
+
+    def step(self, *args) -> None:
+        pass
+
+    def step_result(self, *args) -> None:
+        pass
+
+
+def tick_lateness(tmp: Path, ticks: int, rounds: int, rate_hz: float = 100.0) -> tuple[list[list], list[dict]]:
+    """A 100 Hz loop on its own thread, recording one observation, step and result per tick (or not).
+
+    Lateness = wake-up time - the tick's deadline: what the writer's share of the
+    interpreter and the cores costs a control loop.
+    """
+    row = observation()
+    commanded = {"arm": np.zeros(6), "gripper": np.zeros(1)}
+    period = 1.0 / rate_hz
+    never = threading.Event()
+
+    def loop(rec) -> list[float]:
+        late: list[float] = []
+        deadline = time.perf_counter() + period
+        for i in range(ticks):
+            never.wait(max(0.0, deadline - time.perf_counter()))  # a timed wait, as a timer's
+            now = time.perf_counter()
+            late.append(now - deadline)
+            t_ns = time.monotonic_ns()
+            rec.observation(0, t_ns, row, "infer")
+            rec.step(0, t_ns, i % 10, commanded)
+            rec.step_result(0, t_ns, 1.0, False, False, False)
+            deadline += period
+        return late
+
+    samples: dict[str, list[dict[str, float]]] = {"off": [], "raw": [], "jpeg": []}
+    drops: dict[str, list[float]] = {"raw": [], "jpeg": []}
+    for r in range(rounds):
+        for case, runs in samples.items():
+            rec: Any = Off()
+            if case != "off":
+                rec, _ = recorder(tmp / f"tick-{case}-{r}", 256.0, "lz4", case)
+            result: list[list[float]] = []
+            thread = threading.Thread(target=lambda rec=rec, result=result: result.append(loop(rec)))
+            thread.start()
+            thread.join()
+            if case != "off":
+                status = rec.status()
+                drops[case].append(status.dropped / max(1, status.accepted + status.dropped))
+                rec.close(timeout_s=600)
+            late = result[0]
+            runs.append({"p50": percentile(late, 0.5), "p99": percentile(late, 0.99), "max": max(late)})
+    rows, saved = [], []
+    off_p99 = median([s["p99"] for s in samples["off"]])
+    for case, runs in samples.items():
+        stats = {k: median([run[k] for run in runs]) for k in ("p50", "p99", "max")}
+        dropped = f"{median(drops[case]) * 100:.0f}" if case in drops else "-"
+        label = {"off": "off", "raw": "on, raw images", "jpeg": "on, JPEG images"}[case]
+        ms = [f"{stats[k] * 1e3:.2f}" for k in ("p50", "p99", "max")]
+        rows.append([label, *ms, fmt_ratio(stats["p99"] / off_p99), dropped])
+        saved.append({"recording": case, **stats, "dropped_fraction": median(drops.get(case, [0.0]))})
+    return rows, saved
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15, help="rounds of runs; the median is reported")
     parser.add_argument("--min-time", type=float, default=0.02, help="seconds each run lasts at least")
     parser.add_argument("--writer-count", type=int, default=60, help="observations for the writer throughput")
+    parser.add_argument("--ticks", type=int, default=500, help="ticks of the 100 Hz loop per run")
     parser.add_argument("--quick", action="store_true", help="one round, few observations: only checks that it runs")
     parser.add_argument("--json", default=None, help="also save the results here")
     args = parser.parse_args()
     if args.quick:
-        args.repeat, args.min_time, args.writer_count = 1, 0.002, 4
+        args.repeat, args.min_time, args.writer_count, args.ticks = 1, 0.002, 4, 20
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="plugrl-bench-record-") as tmp:
         call_rows, call_saved = call_costs(Path(tmp), args.repeat, args.min_time)
         writer_rows, writer_saved = writer_throughput(Path(tmp), args.writer_count)
+        tick_rows, tick_saved = tick_lateness(Path(tmp), args.ticks, 1 if args.quick else 3)
     print("Recorder calls on the control thread (2x640x480x3 frames + 14 states), median of interleaved runs\n")
     print(md_table(["writer", "case", "µs per call", "x no-op call", "x memcpy of frames"], call_rows))
     print("\nThe writer thread alone: 2x640x480x3 observations turned into MCAP (bytes discarded)\n")
@@ -201,7 +273,12 @@ def main() -> int:
             ["images", "chunk compression", "observations/s", "MB/s in", "MB written per observation"], writer_rows
         )
     )
-    save_json(args.json, "record", {"rows": call_saved, "writer": writer_saved})
+    print(
+        f"\nA 100 Hz loop recording a 2x640x480 observation, a step and a result every tick ({args.ticks} ticks, "
+        "median of rounds): lateness of its wake-ups\n"
+    )
+    print(md_table(["recording", "p50 ms", "p99 ms", "max ms", "p99 x off", "calls dropped %"], tick_rows))
+    save_json(args.json, "record", {"rows": call_saved, "writer": writer_saved, "ticks": tick_saved})
     return 0
 
 

@@ -517,3 +517,29 @@ def test_until_the_node_records_a_record_path_is_refused_naming_the_key():
     assert load_config(minimal).record == RecordSettings()
     with pytest.raises(ConfigError, match=r"record\.path: got '/tmp/runs'; recording is not wired into the bridge"):
         load_config({**minimal, "record.path": "/tmp/runs"})
+
+
+def test_calls_from_several_threads_are_numbered_in_the_order_they_are_queued():
+    from plugrl_ros.record.drop_queue import DropQueue
+
+    queue: DropQueue[int] = DropQueue(max_bytes=10**9)
+    start = threading.Barrier(3)
+
+    def produce(tag: int) -> None:
+        start.wait()
+        for i in range(2000):
+            queue.put(tag * 10000 + i, 10)
+
+    threads = [threading.Thread(target=produce, args=(tag,)) for tag in (1, 2)]
+    for t in threads:
+        t.start()
+    start.wait()
+    for t in threads:
+        t.join()
+    queue.close()
+    taken = []
+    while (batch := queue.take_all(0.0)) is not None:
+        taken.extend(batch)
+    assert [number for number, _, _ in taken] == list(range(1, 4001))  # numbers follow queue order exactly
+    for tag in (1, 2):  # and each producer's items keep their order
+        assert [item for _, item, _ in taken if item // 10000 == tag] == [tag * 10000 + i for i in range(2000)]

@@ -37,7 +37,8 @@ class DropQueue(Generic[T]):
         self._max_bytes = max_bytes
         self._large_limit = int(max_bytes * (1.0 - reserve_fraction))
         self._max_items = max_items
-        self._items: deque[tuple[T, int]] = deque()
+        self._items: deque[tuple[int, T, int]] = deque()  # (number, item, size)
+        self._number = 0
         self._bytes = 0
         self._closed = False
         self._accepted = 0
@@ -46,23 +47,31 @@ class DropQueue(Generic[T]):
         # The lock is held only to append or to swap the deque out: never while writing.
         self._cond = threading.Condition(threading.Lock())
 
-    def put(self, item: T, size: int) -> bool:
-        """Queue ``item`` (weighing ``size`` bytes) if it fits the budget; False (counted) if dropped or closed."""
+    def put(self, item: T, size: int) -> int:
+        """Queue ``item`` (weighing ``size`` bytes) if it fits the budget; its number, negative if dropped.
+
+        Every put gets the next number, dropped or not, under the same lock
+        that orders the queue: numbers are in queue order even with several
+        producers, and a gap in the numbers written is exactly the drops.
+        """
         with self._cond:
+            self._number += 1
             limit = self._large_limit if size >= LARGE_ITEM_BYTES else self._max_bytes
             if self._closed or self._bytes + size > limit or len(self._items) >= self._max_items:
                 self._dropped += 1
                 if size >= LARGE_ITEM_BYTES:
                     self._dropped_large += 1
-                return False
-            self._items.append((item, size))
+                return -self._number
+            self._items.append((self._number, item, size))
             self._bytes += size
             self._accepted += 1
             self._cond.notify()
-            return True
+            return self._number
 
-    def take_all(self, timeout_s: float) -> list[tuple[T, int]] | None:
-        """Everything queued, with sizes (waiting up to ``timeout_s`` for something); None once closed and drained.
+    def take_all(self, timeout_s: float) -> list[tuple[int, T, int]] | None:
+        """Everything queued, as (number, item, size), waiting up to ``timeout_s`` for something.
+
+        None once closed and drained.
 
         The items' bytes stay on the budget until :meth:`release`: a writer
         stuck on a batch it took must still make the queue fill and drop.

@@ -148,8 +148,8 @@ class Recorder:
         self._opener = opener
         self._on_error = on_error
         self._wall_clock = wall_clock
-        self._queue: DropQueue[tuple[Kind, int, int, int, Any]] = DropQueue(settings.queue_bytes)
-        self._seq = itertools.count(1)  # next() is atomic: calls may come from several threads
+        # (kind, env, t_ns, payload); the queue numbers every call, dropped or not: the MCAP sequence
+        self._queue: DropQueue[tuple[Kind, int, int, Any]] = DropQueue(settings.queue_bytes)
         self._state = RecorderState.OFF
         self._error = ""
         self._written = 0
@@ -304,9 +304,8 @@ class Recorder:
         self._put(Kind.LATENCY, -1, t_ns, seconds, _SMALL)
 
     def _put(self, kind: Kind, env: int, t_ns: int, payload: Any, size: int) -> None:
-        seq = next(self._seq)  # drawn even when dropped: the gap in the file shows where
         if self._state is RecorderState.RECORDING:
-            self._queue.put((kind, env, t_ns, seq, payload), size)
+            self._queue.put((kind, env, t_ns, payload), size)
 
     # -- the writer thread ---------------------------------------------------
 
@@ -324,9 +323,9 @@ class Recorder:
                 batch = self._queue.take_all(self.settings.flush_interval_s)
                 if batch is None:
                     break
-                for item, size in batch:
+                for seq, (kind, env, t_ns, payload), size in batch:
                     try:
-                        self._write(*item)
+                        self._write(kind, env, t_ns, seq, payload)
                     finally:
                         self._queue.release(size)
                 self._report_drops(final=False)
@@ -413,7 +412,7 @@ class Recorder:
         # Nothing more will be written: let go of what is queued (and of anything put meanwhile).
         self._queue.close()
         while (batch := self._queue.take_all(0.0)) is not None:
-            for _, size in batch:
+            for _, _, size in batch:
                 self._queue.release(size)
         if self._on_error is not None:
             self._on_error(message)
