@@ -243,7 +243,8 @@ def test_trainer_improves_the_mean_episode_return():
         make_envs=ReacherEnvs,
     )
     try:
-        assert asyncio.run(asyncio.wait_for(probe.run(), 60.0)) == 0
+        # a watchdog, not a timing claim: 2500 feedbacks take about 30 s on a loaded 2-core machine
+        assert asyncio.run(asyncio.wait_for(probe.run(), 300.0)) == 0
     finally:
         trainer.end()
         assert trainer.join(10.0)

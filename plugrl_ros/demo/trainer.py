@@ -1,15 +1,12 @@
 """``plugrl-demo-trainer``: the demo's small PlugRL trainer, a linear policy learning by policy gradient.
 
 A fixture that learns for real, not a product: the learner is
-:mod:`plugrl_ros.demo.policy_gradient`; this module serves it. Each
-connection's protocol rules are :class:`TrainerConnection`'s, enforced as a
-PlugRL server does (any broken rule closes that connection with
-``plugrl-server-resync``, and the others go on). On top of them each
-connection keeps what the learner needs: the states of each env's last
-feedback (for the ``reuse-feedback-obs`` feature), the chunk each env holds,
-and each env's chunks of the running episode; all of it is forgotten when the
-connection closes. After ``duration_s`` (counted from the first connection) it
-ends the run: close 1001 ``plugrl-server-stop``.
+:mod:`plugrl_ros.demo.policy_gradient`, each connection a
+:class:`~plugrl_ros.demo.session.Session` on the trainer-side protocol core;
+this module serves them. A connection that breaks a protocol rule is closed
+with ``plugrl-server-resync`` and the others go on. After ``duration_s``
+(counted from the first connection) it ends the run: close 1001
+``plugrl-server-stop``.
 """
 
 from __future__ import annotations
@@ -24,20 +21,15 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from plugrl_ros.demo.policy_gradient import Chunk, DemoTrainerSettings, PolicyGradient
+from plugrl_ros.demo.policy_gradient import DemoTrainerSettings, PolicyGradient
 from plugrl_ros.demo.results import EpisodeRecord, json_line, summarize, write_results
+from plugrl_ros.demo.session import SERVER_NAME, Session
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
-from plugrl_ros.protocol.codec import packb
 from plugrl_ros.protocol.errors import ProtocolError
-from plugrl_ros.protocol.messages import REUSE_FEEDBACK_OBS
-from plugrl_ros.protocol.server_messages import Feedback, Infer
-from plugrl_ros.protocol.trainer_connection import ServerPhase, TrainerConnection
 from plugrl_ros.tools.serving import TrainerThread, serve_trainer
 
 __all__ = [
@@ -52,8 +44,6 @@ __all__ = [
 
 log = logging.getLogger("plugrl_ros.demo.trainer")
 
-SERVER_NAME = "plugrl-demo-trainer"
-ALGORITHM = "chunk-level policy gradient (REINFORCE, fitted baseline, Adam) on a linear-Gaussian policy"
 FEEDBACK_TIMEOUT_REASON = "Feedback timeout"
 RECENT_EPISODES = 20  # "recent mean return" is over this many episodes
 _CLOSE_TIMEOUT_S = 5.0
@@ -71,135 +61,6 @@ class TrainerStats:
     updates: int
     policy_std: float
     finished: bool
-
-
-# -- one connection's exchange, without I/O ----------------------------------------------
-
-
-def state_rows(obs: Any, rows: int, where: str) -> np.ndarray:
-    """The observation's states, concatenated in name order: float64 [rows, d]."""
-    if not isinstance(obs, dict) or not isinstance(obs.get("states"), dict):
-        raise ProtocolError(where, "must be a map with a 'states' map")
-    parts = []
-    for name in sorted(obs["states"]):
-        array = obs["states"][name]
-        if not isinstance(array, np.ndarray) or array.ndim != 2 or array.dtype.kind not in "fiu":
-            raise ProtocolError(f"{where}.states.{name}", "must be a numeric array of shape [n, d]")
-        if array.shape[0] != rows:
-            raise ProtocolError(f"{where}.states.{name}", f"has {array.shape[0]} rows, expected {rows}")
-        parts.append(array.astype(np.float64))
-    if not parts:
-        raise ProtocolError(f"{where}.states", "is empty; this trainer's policy needs at least one state")
-    states = np.hstack(parts)
-    if not np.isfinite(states).all():
-        raise ProtocolError(f"{where}.states", "holds NaN or infinite values")
-    return states
-
-
-def _episode_info(info: Any, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(mask, returns, lengths) from ``info["episode"]``, or None when the client sent none."""
-    if not isinstance(info, dict) or not isinstance(info.get("episode"), dict):
-        return None
-    episode = info["episode"]
-    try:
-        mask = np.asarray(episode["mask"], dtype=bool).reshape(m)
-        returns = np.asarray(episode["r"], dtype=np.float64).reshape(m)
-        lengths = np.asarray(episode.get("l", np.zeros(m)), dtype=np.float64).reshape(m)
-    except (KeyError, ValueError, TypeError):
-        raise ProtocolError("info.episode", f"must hold r, l and mask arrays of length {m}") from None
-    return mask, returns, lengths
-
-
-METADATA: dict[str, Any] = {
-    "protocol_version": 1,
-    "server": SERVER_NAME,
-    "server_version": "0.1.0",
-    "algorithm": ALGORITHM,
-    "policy": "linear-gaussian",
-    "features": [REUSE_FEEDBACK_OBS],
-}
-
-
-class Session:
-    """What the trainer knows about one connection's envs; dropped, all of it, when the connection closes."""
-
-    def __init__(self, learner: PolicyGradient, horizon: int) -> None:
-        self.learner = learner
-        self.horizon = horizon
-        self.connection = TrainerConnection(strict=True)
-        self.last_states: dict[int, np.ndarray] = {}  # the states of each env's last feedback
-        self.holding: dict[int, Chunk] = {}  # envs with an action and no feedback yet
-        self.episodes: dict[int, list[Chunk]] = {}  # each env's chunks of its running episode
-
-    def metadata(self) -> bytes:
-        """The metadata frame that opens the connection."""
-        shape = {"action_horizon": self.horizon, "action_dim": self.learner.settings.action_dim}
-        return packb(self.connection.send_metadata({**METADATA, **shape}))
-
-    @property
-    def awaiting_feedback(self) -> bool:
-        return self.connection.phase is ServerPhase.AWAIT_FEEDBACK
-
-    def receive(self, frame: bytes | str) -> tuple[bytes | None, list[tuple[int, float, int]]]:
-        """One client frame: (the action frame to send or None, the episodes it ended as (env, return, length)).
-
-        ProtocolError (a :class:`~plugrl_ros.protocol.server_messages.Resync`
-        for a broken protocol rule) when the connection must resync.
-        """
-        message = self.connection.receive(frame)
-        if isinstance(message, Infer):
-            return self._infer(message), []
-        return None, self._feedback(message)
-
-    def _infer(self, infer: Infer) -> bytes:
-        envs, reuse = infer.env_indices, infer.reuse or (False,) * len(infer.env_indices)
-        data_rows = state_rows(infer.observation.data, infer.observation.rows or 0, "data")
-        states = np.empty((len(envs), data_rows.shape[1]))
-        k = 0
-        for row, env in enumerate(envs):
-            if reuse[row]:  # legal: the connection checked that env's last feedback was not terminal
-                if self.last_states[env].shape[0] != data_rows.shape[1]:
-                    raise ProtocolError("data.states", "the reused and the sent states differ in width")
-                states[row] = self.last_states[env]
-            else:
-                states[row] = data_rows[k]
-                k += 1
-        actions, z, noise = self.learner.act(states)
-        step_ids = infer.step_ids or (0,) * len(envs)
-        for row, env in enumerate(envs):
-            episode = self.episodes.setdefault(env, [])
-            if step_ids[row] == 0 and episode:
-                # a new episode whose predecessor never reported its end: forget it
-                episode.clear()
-            previous = episode[-1].reward if episode else None
-            self.holding[env] = Chunk(z[row], noise[row], step_ids[row], previous)
-        chunk_array = np.repeat(actions[None, :, :], self.horizon, axis=0).astype("<f4")
-        return packb(self.connection.answer(chunk_array))
-
-    def _feedback(self, feedback: Feedback) -> list[tuple[int, float, int]]:
-        # a strict connection hands on only usable arrays
-        assert feedback.rewards is not None and feedback.ended is not None
-        m = len(feedback.env_indices)
-        obs = state_rows(feedback.observation.data, m, "obs")
-        info = _episode_info(feedback.info, m)
-        ended = feedback.ended
-        finished = []
-        for row, env in enumerate(feedback.env_indices):
-            chunk = self.holding.pop(env)
-            chunk.reward = float(feedback.rewards[row])
-            episode = self.episodes.setdefault(env, [])
-            episode.append(chunk)
-            self.last_states[env] = obs[row]
-            if not ended[row]:
-                continue
-            complete = episode[0].step_id == 0
-            if info is not None and info[0][row]:
-                finished.append((env, float(info[1][row]), int(info[2][row])))
-            elif complete:
-                finished.append((env, sum(c.reward for c in episode), 0))
-            self.learner.episode_done(list(episode))
-            episode.clear()
-        return finished
 
 
 # -- the server -------------------------------------------------------------------------
