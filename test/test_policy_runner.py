@@ -278,3 +278,25 @@ def test_statistics_render_for_diagnostics_and_the_status_line():
     assert stats.summary().startswith("50 steps/s, latency 30.0/30.0 ms (median/p95), 0 idle at boundaries")
     fresh = PolicyRunner(ExecutionSettings(), PERIOD, Clock()).stats()
     assert fresh.values()["request latency p95 ms"] == "-" and fresh.summary().startswith("- steps/s")
+
+
+def test_after_a_hold_nothing_planned_before_it_runs():
+    clock = Clock()
+    runner = PolicyRunner(ExecutionSettings(request_ahead_steps=8), PERIOD, clock)
+    runner.on_connected()
+    runner.step()
+    runner.on_chunk(runner.requested(), np.ones((10, 1)))
+    assert runner.step() is not None
+    assert runner.wants_request()
+    in_flight = runner.requested()
+    runner.hold()  # paused: no ticks for a while
+    assert runner.step() is None  # the chunk that was running is gone
+    assert not runner.wants_request()  # the connection still has its request out
+    assert runner.on_chunk(in_flight, np.ones((10, 1))) == "dropped"
+    assert runner.step() is None
+    assert runner.wants_request()
+    fresh = runner.requested()
+    assert runner.on_chunk(fresh, np.full((10, 1), 2.0)) == "applied"
+    assert runner.step()[0] == 2.0
+    stats = runner.stats()
+    assert stats.stale_dropped == 0 and stats.idle_steps == 0  # a hold's idling is not a boundary's

@@ -97,6 +97,10 @@ class DeployRobot:
             return Note("warn", event.text)
         raise AssertionError(f"unknown event {event!r}")
 
+    def hold(self) -> None:
+        """The robot stops stepping (pause, dead-man, reset): nothing planned before runs after."""
+        self.runner.hold()
+
     def tick(self, observe: Callable[[], Mapping[str, Any] | None]) -> Tick:
         """One control tick. ``observe`` reads the sources the layout names, or None if they are not ready."""
         action = self.runner.step()

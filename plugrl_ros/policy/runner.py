@@ -74,6 +74,7 @@ class PolicyRunner:
         self._pending: _Pending | None = None
         self._fade: _Fade | None = None
         self._numbers = 0
+        self._discard: int | None = None  # an outstanding request whose answer must not run (see hold)
         self._ran = False  # a chunk has run on this connection: idling now is at a boundary
         self._latency = LatencyWindow(settings.latency_window)
         self._rate = RateWindow()
@@ -158,13 +159,20 @@ class PolicyRunner:
     # -- answers and the link ------------------------------------------------------
 
     def on_chunk(self, number: int, actions: np.ndarray) -> str:
-        """Take the answer to request ``number``: "applied", "stale" (too late, dropped) or "unknown" (dropped)."""
+        """Take the answer to request ``number``: "applied", or why it was dropped.
+
+        "stale" (it came after its last step), "dropped" (asked for before a
+        :meth:`hold`), "unknown" (a request the link lost or we abandoned).
+        """
         pending = self._pending
         if pending is None or pending.number != number:
             return "unknown"  # a request the link lost or we abandoned
         self._pending = None
         self._latency.add(self._clock() - pending.sent_at)
         assert actions.ndim == 2 and actions.shape[0] >= 1
+        if self._discard == number:
+            self._discard = None
+            return "dropped"
         if self.settings.mode == "sync":
             # run whole, from row 0 at the next tick
             self._chunks = [LiveChunk(number, self.tick + 1, actions)]
@@ -196,7 +204,22 @@ class PolicyRunner:
         """Give up on the outstanding request (after :meth:`request_overdue`); a late answer is then ignored."""
         if self._pending is not None:
             self._pending = None
+            self._discard = None
             self._counts["abandoned"] += 1
+
+    def hold(self) -> None:
+        """The robot stops stepping for a while (pause, dead-man, reset): drop every chunk now.
+
+        Ticks are counted, not timed, so a chunk kept across a pause would
+        replay steps whose moment passed during it. The outstanding request,
+        if any, stays outstanding (the connection allows no other) but its
+        answer is dropped when it comes: its observation predates the pause.
+        """
+        self._chunks = []
+        self._fade = None
+        self._ran = False
+        if self._pending is not None:
+            self._discard = self._pending.number
 
     def on_connected(self) -> None:
         self.connected = True
@@ -205,6 +228,7 @@ class PolicyRunner:
         """The connection ended: forget its request and drop every chunk (idle from the next tick)."""
         self.connected = False
         self._pending = None
+        self._discard = None
         self._chunks = []
         self._fade = None
         self._ran = False
