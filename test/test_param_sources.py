@@ -280,3 +280,14 @@ def test_the_command_lines_overrides_and_files_are_those_inside_ros_args():
 def test_an_infinity_rcl_reads_in_a_list_is_refused_as_not_finite(tmp_path):
     error = refused("--params-file", params_file(tmp_path, with_keys(actions__arm__max="[.inf, 1.0]")))
     assert error.key == "actions.arm.max" and "expected finite numbers" in str(error)
+
+
+def test_a_section_name_rcl_refuses_names_the_file_and_rcls_reason(tmp_path):
+    path = params_file(tmp_path, "/**/plugrl_*:\n" + BASE.split("\n", 1)[1])  # rcl takes no partial wildcard
+    error = refused("--params-file", path)
+    assert error.key == "--params-file" and error.value == path
+    assert "ROS 2 cannot read it: node name must not contain characters other than alphanumerics" in str(error)
+
+
+def test_an_error_naming_no_file_or_override_is_left_as_rcl_says_it():
+    assert explain_refusal("failed to initialize rcl: unknown ROS arguments: --no-such-ros-flag") is None
