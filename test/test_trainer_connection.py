@@ -281,6 +281,24 @@ def test_every_observation_array_shares_the_leading_dimension():
     assert "leading dimensions differ" in resync(opened(), frame).problem.detail
 
 
+def test_an_empty_text_array_of_another_dtype_is_a_deviation():
+    conn = opened(reuse=True)
+    cycle(conn, [0])
+    message = {
+        "message_type": "infer",
+        "data": {"images": {}, "states": {}, "text": np.asarray([])},  # numpy's empty list: <f8
+        "env_indices": np.arange(1, dtype="<i8"),
+        "step_ids": np.zeros(1, "<i8"),
+        "reuse": np.ones(1, dtype=bool),
+    }
+    received = conn.receive(packb(message))
+    assert not received.violations and [p.rule for p in received.deviations] == [Rule.OBSERVATION]
+    message["data"]["text"] = np.zeros(1)  # a non-empty one is still refused
+    del message["reuse"]
+    conn = opened()
+    assert resync(conn, packb(message)).problem.rule is Rule.OBSERVATION
+
+
 def test_observation_keys_are_exactly_images_states_text():
     extra = observation(1)
     extra["depth"] = {}

@@ -237,7 +237,12 @@ def check_observation(obs: Any, found: _Findings) -> Observation:
         else:
             count = text.shape[0] if isinstance(text, np.ndarray) and text.ndim == 1 else None
         try:
-            decode_text(text, -1 if count is None else count, "text")
+            if isinstance(text, np.ndarray) and text.shape == (0,) and text.dtype.kind != "U":
+                # numpy makes an empty list of str a float array; PlugRL's own checker sends that when every
+                # row is reused, and there is no string in it to misread
+                found.deviate(Rule.OBSERVATION, f"text is {describe(text)}, expected a <U array or a list of str")
+            else:
+                decode_text(text, -1 if count is None else count, "text")
         except ProtocolError as exc:
             found.violate(Rule.OBSERVATION, f"{exc} (got {describe(text)})")
         else:
