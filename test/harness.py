@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from plugrl_ros import executables
 from plugrl_ros.tools import serving
 from plugrl_ros.tools.test_trainer import Report, TestTrainer, TrainerSettings
 
@@ -29,24 +29,31 @@ class TrainerThread(serving.TrainerThread[Report]):
 
 
 def ros_env(**extra: str) -> dict[str, str]:
+    """The environment of a child process: the installed package, as a user has it (never the checkout's path)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
 
 
 def python_module(module: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", module, *args]
+    """``python -m module`` as the package starts its own children: the installed package, not the cwd's."""
+    return executables.command(module, *args)
 
 
 class Child:
     """A child process whose output goes to a file (a full pipe would block it)."""
 
-    def __init__(self, command: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, command: list[str], env: dict[str, str] | None = None, session: bool = False) -> None:
+        """``session``: in a process group of its own, for a terminal's Ctrl-C (SIGINT to the group)."""
         self._log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
-            command, env=env or ros_env(), stdout=self._log, stderr=subprocess.STDOUT, text=True
+            command,
+            env=env or ros_env(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=session,
         )
 
     def wait(self, timeout: float) -> int:
@@ -61,9 +68,9 @@ class Child:
 
 
 @contextmanager
-def process(command: list[str], env: dict[str, str] | None = None) -> Iterator[Child]:
+def process(command: list[str], env: dict[str, str] | None = None, session: bool = False) -> Iterator[Child]:
     """A child process that is stopped with SIGINT (never -9: DDS leaves shm files) when the block ends."""
-    child = Child(command, env)
+    child = Child(command, env, session)
     try:
         yield child
     finally:

@@ -16,6 +16,7 @@ from harness import ROOT, launch_arguments, stop
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from plugrl_ros import executables
 from plugrl_ros.demo.reacher import Reacher, ReacherSpec, fingertip
 from plugrl_ros.demo.results import EpisodeRecord, moving_average, summarize
 from plugrl_ros.demo.runner import parse_diagnostics
@@ -335,11 +336,14 @@ def test_demo_launch_file_starts_the_three_executables_with_the_demo_config():
     assert 'executable="demo_robot"' in source and 'executable="bridge"' in source
     assert '"demo.yaml"' in source
     entry_points = (ROOT / "setup.py").read_text()
-    for script, target in [
-        ("demo_robot", "plugrl_ros.demo.robot_node:main"),
-        ("demo_trainer", "plugrl_ros.demo.trainer:main"),
-        ("plugrl-demo", "plugrl_ros.demo.runner:main"),
-        ("plugrl-demo-robot", "plugrl_ros.demo.robot_node:main"),
-        ("plugrl-demo-trainer", "plugrl_ros.demo.trainer:main"),
+    for script, function in [
+        ("demo_robot", "demo_robot"),
+        ("demo_trainer", "demo_trainer"),
+        ("plugrl-demo", "demo"),
+        ("plugrl-demo-robot", "demo_robot"),
+        ("plugrl-demo-trainer", "demo_trainer"),
     ]:
-        assert f'"{script} = {target}"' in entry_points
+        assert f'"{script} = plugrl_ros.executables:{function}"' in entry_points
+    assert executables.MODULES["demo"] == "plugrl_ros.demo.runner"
+    assert executables.MODULES["demo_robot"] == "plugrl_ros.demo.robot_node"
+    assert executables.MODULES["demo_trainer"] == "plugrl_ros.demo.trainer"

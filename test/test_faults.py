@@ -25,7 +25,6 @@ import os
 import random
 import signal
 import socket
-import sys
 import tempfile
 import threading
 import time
@@ -1131,50 +1130,3 @@ def test_a_signal_while_the_bridge_is_still_starting_exits_0_without_a_traceback
         output = child.output()
     assert code == 0, output
     assert "Traceback" not in output, output
-
-
-# CPython loses an exception a signal handler raises while it compiles a module's source (an import
-# with no cached bytecode, as on the first start after an install): this start-up does the same, on
-# purpose, at the first import made while the named handler is installed.
-SWALLOWING_START = """
-import importlib.abc, signal, sys
-
-phase = sys.argv.pop(1)
-
-
-class SwallowSignal(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        handler = signal.getsignal(signal.SIGTERM)
-        if getattr(handler, "__name__", "") == phase:
-            sys.meta_path.remove(self)
-            print(f"signal handled, and its exception lost, importing {name}", flush=True)
-            try:
-                handler(signal.SIGTERM, None)
-            except BaseException:
-                pass
-        return None
-
-
-sys.meta_path.insert(0, SwallowSignal())
-from plugrl_ros.ros.bridge_main import main
-
-sys.argv[0] = "bridge"
-sys.exit(main())
-"""
-
-
-@pytest.mark.parametrize("phase", ["_stop_before_start", "_raise_interrupt"], ids=["importing", "starting"])
-def test_a_signal_whose_exception_python_loses_still_stops_the_bridge(tmp_path, phase):
-    script = tmp_path / "start.py"
-    script.write_text(SWALLOWING_START)
-    params = write_params(tmp_path / "bridge.yaml", bridge_params("ws://127.0.0.1:9", **SIGNALLED))
-    with process([sys.executable, str(script), phase, "--ros-args", "--params-file", str(params)]) as child:
-        code = child.wait(20)
-        output = child.output()
-    assert "signal handled, and its exception lost" in output, output
-    assert code == 0, output
-    assert "Traceback" not in output, output
-    if phase == "_stop_before_start":
-        assert "env(s)" not in output, "the bridge went on to start"
-    else:
-        assert "interrupted: idling the actuators" in output, output

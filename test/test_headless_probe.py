@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 
 import numpy as np
 import pytest
-from harness import ros_env
+from harness import python_module, ros_env
 
 from plugrl_ros.protocol import codec
 from plugrl_ros.protocol.client import ClientSettings, Connected, FrameReceived
@@ -251,7 +250,7 @@ def test_the_command_exits_0_after_stop_and_by_itself_after_steps():
     async def scenario(script, extra):
         trainer = TestTrainer(settings(script=script))
         port = await trainer.start()
-        command = [sys.executable, "-m", "plugrl_ros.tools.probe", "--headless", "--envs", "2", "--quiet"]
+        command = python_module("plugrl_ros.tools.probe", "--headless", "--envs", "2", "--quiet")
         proc = await asyncio.create_subprocess_exec(
             *command, "--server", f"ws://127.0.0.1:{port}", *extra, env=ros_env(), stderr=subprocess.PIPE
         )
@@ -278,7 +277,7 @@ def test_the_command_exits_0_after_stop_and_by_itself_after_steps():
 )
 def test_the_command_refuses_what_it_could_never_connect_with(option, says):
     env = {k: v for k, v in ros_env().items() if k != "PLUGRL_TEST_UNSET_KEY"}
-    command = [sys.executable, "-m", "plugrl_ros.tools.probe", "--headless", "--server", "wss://127.0.0.1:9", *option]
+    command = python_module("plugrl_ros.tools.probe", "--headless", "--server", "wss://127.0.0.1:9", *option)
     done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert says in done.stderr

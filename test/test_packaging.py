@@ -166,3 +166,133 @@ def _shipped_probe_config(env: dict) -> str:
         check=True,
     )
     return out.stdout
+
+
+def _console_scripts() -> dict[str, str]:
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    scripts = next(
+        node.value for node in ast.walk(tree) if isinstance(node, ast.keyword) and node.arg == "entry_points"
+    )
+    listed = ast.literal_eval(scripts)["console_scripts"]
+    return dict(tuple(part.strip() for part in line.split("=")) for line in listed)
+
+
+def test_every_console_script_starts_with_the_stop_handlers_before_its_heavy_imports():
+    import importlib
+
+    from plugrl_ros import executables
+
+    scripts = _console_scripts()
+    # every node, trainer and probe an operator runs (the record tools are offline file tools)
+    operated = [name for name, target in scripts.items() if not target.startswith("plugrl_ros.record.")]
+    assert {"bridge", "plugrl-probe", "plugrl-test-trainer", "demo_trainer", "demo_robot"} <= set(operated)
+    for name in operated:
+        target = scripts[name]
+        module, function = target.split(":")
+        assert module in ("plugrl_ros.executables", "plugrl_ros.ros.bridge_main"), f"{name} -> {target}"
+        assert callable(getattr(importlib.import_module(module), function)), f"{name} -> {target}"
+    for module in executables.MODULES.values():
+        assert callable(importlib.import_module(module).main), module
+    # the light modules import nothing heavy: the handlers are in place before rclpy is
+    light = [ROOT / "plugrl_ros" / "executables.py", ROOT / "plugrl_ros" / "stop_request.py"]
+    light.append(ROOT / "plugrl_ros" / "ros" / "bridge_main.py")
+    for path in light:
+        modules = set()
+        for node in ast.parse(path.read_text()).body:  # top-level imports only
+            if isinstance(node, ast.Import):
+                modules.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules.add(node.module)
+        heavy = {m for m in modules if m.split(".")[0] in ("rclpy", "numpy", "websockets", "cv2", "asyncio")}
+        assert not heavy, f"{path.name} imports {heavy} before the handlers are installed"
+
+
+def test_a_child_process_runs_the_installed_package_not_the_one_in_its_current_directory(tmp_path):
+    from plugrl_ros import executables
+
+    # a checkout-like directory whose plugrl_ros would shadow the installed one under `python -m`
+    (tmp_path / "plugrl_ros").mkdir()
+    (tmp_path / "plugrl_ros" / "__init__.py").write_text("raise ImportError('imported from the current directory')\n")
+    command = executables.command("plugrl_ros.tools.test_trainer", "--help")
+    done = subprocess.run(command, check=False, cwd=tmp_path, env=ros_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "plugrl-test-trainer" in done.stdout
+    shadowed = subprocess.run(
+        [sys.executable, "-m", "plugrl_ros.tools.test_trainer", "--help"],
+        check=False,
+        cwd=tmp_path,
+        env=ros_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "imported from the current directory" in shadowed.stderr  # what `python -m` would have done
+
+
+def _without_opencv(tmp_path: Path) -> dict[str, str]:
+    """The environment of a process in which ``import cv2`` fails, as after a plain ``pip install .``."""
+    blocked = tmp_path / "no-opencv"
+    (blocked / "cv2").mkdir(parents=True)
+    (blocked / "cv2" / "__init__.py").write_text("raise ImportError(\"No module named 'cv2'\")\n")
+    env = ros_env()
+    env["PYTHONPATH"] = str(blocked) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+@pytest.mark.ros
+def test_without_opencv_an_image_source_fails_at_startup_naming_what_to_install(tmp_path):
+    params = tmp_path / "bridge.yaml"
+    params.write_text(
+        "/**:\n  ros__parameters:\n    trainer: {uri: 'ws://127.0.0.1:9'}\n"
+        "    observations:\n      images:\n        camera: {topic: image, type: sensor_msgs/Image}\n"
+        "    actions:\n      cmd: {topic: cmd, type: std_msgs/Float64MultiArray, slice: [0, 1]}\n"
+    )
+    command = executables_command("plugrl_ros.ros.bridge_main", "--ros-args", "--params-file", str(params))
+    done = subprocess.run(
+        command, check=False, env=_without_opencv(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "observations.images.camera: " in done.stderr and "need OpenCV" in done.stderr, done.stderr
+    assert "plugrl_ros[opencv]" in done.stderr and "python3-opencv" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.ros
+def test_without_opencv_the_bridge_starts_for_a_config_without_images(tmp_path):
+    params = ROOT / "config" / "probe.yaml"
+    command = executables_command("plugrl_ros.ros.bridge_main", "--ros-args", "--params-file", str(params))
+    with process(command, env=_without_opencv(tmp_path)) as child:
+        assert _wait_for_text(child, "env(s):", 30), child.output()
+        assert child.stop() == 0, child.output()
+    assert "Traceback" not in child.output()
+
+
+@pytest.mark.ros
+def test_without_opencv_the_demo_trainer_writes_its_results_and_the_demo_robot_says_what_to_install(tmp_path):
+    import signal
+
+    env = _without_opencv(tmp_path)
+    out = tmp_path / "results"
+    command = executables_command("plugrl_ros.demo.trainer", "--port", "0", "--output", str(out))
+    with process(command, env=env) as child:
+        assert _wait_for_text(child, "listening on", 30), child.output()
+        child.proc.send_signal(signal.SIGINT)
+        assert child.wait(30) == 0, child.output()
+    assert (out / "summary.json").is_file(), child.output()
+    assert "Traceback" not in child.output(), child.output()
+    robot = subprocess.run(
+        executables_command("plugrl_ros.demo.robot_node"),
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert robot.returncode == 2, robot.stderr
+    assert "OpenCV" in robot.stderr and "plugrl_ros[opencv]" in robot.stderr, robot.stderr
+
+
+def executables_command(module: str, *args: str) -> list[str]:
+    from plugrl_ros import executables
+
+    return executables.command(module, *args)

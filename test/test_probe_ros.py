@@ -63,3 +63,13 @@ def test_the_ros_probe_with_a_horizon_of_one_and_float64_actions():
     code, report, output = run_probe(settings, "--envs", "3", "--mode", "lockstep", "--action-dim", "3")
     assert code == 0, output
     assert report.failed == 0, report.text() + output
+
+
+def test_the_ros_probe_configures_its_robot_and_bridge_with_the_trainers_action_width_and_horizon():
+    # no --action-dim: the probe reads the trainer's metadata before it starts the robot and the bridge
+    settings = trainer_settings(script=("resync", "stop"), horizon=6, action_dim=3)
+    code, report, output = run_probe(settings, "--envs", "2", "--mode", "timer", "--rate", "50")
+    assert code == 0, output
+    assert report.failed == 0, report.text() + output
+    assert not report.incomplete, report.text() + output
+    assert report.clause(TIME_MAJOR).passed >= 12, report.text()

@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
-import sys
 
 import pytest
-from harness import ROOT, ros_env
+from harness import ROOT, python_module, ros_env
 
 from plugrl_ros.tools.test_trainer import TestTrainer, TrainerSettings
 
@@ -151,7 +150,7 @@ def _installed(command: list[str]) -> list[str]:
     if shutil.which(command[0]):
         return command
     module = {"plugrl-probe": "plugrl_ros.tools.probe", "plugrl-test-trainer": "plugrl_ros.tools.test_trainer"}
-    return [sys.executable, "-m", module[command[0]], *command[1:]]
+    return python_module(module[command[0]], *command[1:])
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from plugrl_ros import executables
 from plugrl_ros.protocol.codec import packb, unpackb
 from plugrl_ros.tools.serving import TrainerThread
 from plugrl_ros.tools.test_trainer import (
@@ -542,9 +541,7 @@ def test_a_clause_with_no_checks_is_not_exercised_and_not_counted() -> None:
 
 
 def test_cli_reports_and_exits_zero_for_a_correct_client() -> None:
-    command = [
-        sys.executable,
-        "-m",
+    command = executables.command(
         "plugrl_ros.tools.test_trainer",
         "--port",
         "0",
@@ -558,9 +555,8 @@ def test_cli_reports_and_exits_zero_for_a_correct_client() -> None:
         "0.3",
         "--timeout",
         "20",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True) as proc:
+    )
+    with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
         first = proc.stdout.readline()
         match = re.fullmatch(r"listening on ws://127\.0\.0\.1:(\d+)\n", first)

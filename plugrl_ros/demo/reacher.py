@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 JOINT_NAMES = ("shoulder", "elbow")
@@ -117,7 +116,9 @@ class Reacher:
         return np.concatenate([self.target - fingertip(self.spec, self.q), self.target_q - self.q])
 
     def render(self, size: int = 64) -> np.ndarray:
-        """The scene from above as ``uint8 [size, size, 3]`` RGB: arm, fingertip and target."""
+        """The scene from above as ``uint8 [size, size, 3]`` RGB: arm, fingertip and target (needs OpenCV)."""
+        import cv2  # optional (plugrl_ros.opencv): only the camera needs it
+
         spec = self.spec
         image = np.empty((size, size, 3), dtype=np.uint8)
         image[:] = _BACKGROUND

@@ -35,9 +35,10 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float32, Float64MultiArray, MultiArrayDimension
 from std_srvs.srv import Trigger
 
+from plugrl_ros import opencv
 from plugrl_ros.demo.reacher import JOINT_NAMES, Reacher, ReacherSpec
 from plugrl_ros.ros.qos import qos_profile
-from plugrl_ros.ros.spin import spin_until_shutdown
+from plugrl_ros.ros.spin import init_ros, spin_until_shutdown
 
 MODES = ("lockstep", "timer")
 # Timer mode: a driver that hears no command for this long stops the arm
@@ -196,7 +197,10 @@ def main(args: list[str] | None = None) -> int:
         parser.error("--rate must be positive")
     if options.image_size < 16:
         parser.error("--image-size must be at least 16")
-    rclpy.init(args=args)
+    problem = opencv.missing()
+    if problem is not None:
+        parser.exit(2, f"plugrl-demo-robot: the camera pictures are drawn with OpenCV ({problem}); {opencv.INSTALL}\n")
+    init_ros(args)
     node = DemoRobot(options.envs, options.mode, options.rate, options.seed, options.image_size)
     return spin_until_shutdown(node)
 

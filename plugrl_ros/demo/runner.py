@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from plugrl_ros import executables, stop_request
 from plugrl_ros.demo.results import EpisodeRecord, summarize, write_results
 from plugrl_ros.demo.robot_node import namespace
 from plugrl_ros.demo.trainer import RECENT_EPISODES, DemoTrainer, DemoTrainerSettings, TrainerStats
@@ -36,7 +37,6 @@ from plugrl_ros.tools.serving import TrainerThread
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130
 
 CONNECT_TIMEOUT_S = 60.0  # the bridge must reach the trainer within this long of starting
 STOP_TIMEOUT_S = 15.0
@@ -103,7 +103,7 @@ class DiagnosticsWatch:
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.signals import SignalHandlerOptions
 
-        # Ctrl-C stays a KeyboardInterrupt of this process: the demo stops its children itself.
+        # Ctrl-C is this process's to handle (stop_request): the demo stops its children itself.
         self._context = rclpy.Context()
         rclpy.init(context=self._context, signal_handler_options=SignalHandlerOptions.NO)
         self._node = rclpy.create_node("plugrl_demo_progress", context=self._context)
@@ -203,16 +203,14 @@ def bridge_command(args: argparse.Namespace, config: Path, port: int) -> list[st
         # The robot then runs in real time at --rate: keep episodes as long in seconds as the config's
         # max_steps are at its 20 Hz (in lockstep a step is always 0.05 s of simulated time).
         overrides["episode.max_steps"] = str(max(1, round(EPISODE_S * args.rate)))
-    command = [sys.executable, "-m", "plugrl_ros.ros.bridge_main", "--ros-args", "--params-file", str(config)]
+    command = executables.command("plugrl_ros.ros.bridge_main", "--ros-args", "--params-file", str(config))
     for key, value in overrides.items():
         command += ["-p", f"{key}:={value}"]
     return command
 
 
 def robot_command(args: argparse.Namespace) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
+    return executables.command(
         "plugrl_ros.demo.robot_node",
         "--envs",
         str(args.envs),
@@ -222,7 +220,7 @@ def robot_command(args: argparse.Namespace) -> list[str]:
         repr(float(args.rate)),
         "--seed",
         str(args.seed),
-    ]
+    )
 
 
 class _Child:
@@ -341,14 +339,10 @@ class DemoRun:
         robot = _Child("robot", robot_command(args), self.logs / "robot.log")
         bridge = _Child("bridge", bridge_command(args, config, port), self.logs / "bridge.log")
         progress = Progress(self.out)
-        interrupted = False
         started = time.monotonic()
         latencies: list[float] = []
         try:
             self._watch(trainer, watch, robot, bridge, progress, started, latencies)
-        except KeyboardInterrupt:
-            interrupted = True
-            self.failure = "interrupted"
         finally:
             progress.done()
             trainer.end()
@@ -357,6 +351,8 @@ class DemoRun:
             trainer.join(10.0)
             history = watch.history()
             watch.close()
+        # Ctrl-C or SIGTERM: the run ends early, but in order, and its results are written as at its end.
+        interrupted = stop_request.requested()
         if interrupted:
             self._say("plugrl-demo: interrupted; stopped the bridge, the robot and the trainer")
         stats = trainer.trainer.stats()
@@ -369,15 +365,14 @@ class DemoRun:
             self.failure = f"the bridge exited with status {bridge_code}; see {bridge.log_path}"
         if self.failure is None and robot_code != 0:
             self.failure = f"the robot exited with status {robot_code}; see {robot.log_path}"
-        if self.failure is None and not records:
+        if self.failure is None and not records and not interrupted:
             self.failure = "no episode completed"
         summary["ok"] = self.failure is None
+        summary["interrupted"] = interrupted
         if self.failure is not None:
             summary["failure"] = self.failure
         paths = write_results(self.output, records, summary)
         self._print_summary(summary, paths)
-        if interrupted:
-            return EXIT_INTERRUPTED
         return EXIT_OK if self.failure is None else EXIT_FAILED
 
     def _watch(
@@ -393,7 +388,7 @@ class DemoRun:
         """Show progress until the bridge exits, or something fails (then :attr:`failure` says what)."""
         duration = self.args.duration
         last_sample = None
-        while True:
+        while not stop_request.requested():
             now = time.monotonic()
             if bridge.poll() is not None:
                 return
@@ -482,18 +477,14 @@ def _log_to_file(path: Path) -> None:
     root.propagate = False  # the terminal shows the progress line, not a log
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo; 0 when it ran to the end and episodes completed."""
     parser = _parser()
     args = parser.parse_args(argv)
     _check(args, parser)
     # The children run in their own sessions, so they hear a stop only from
-    # here: SIGTERM, like Ctrl-C, stops them in order.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    # here: Ctrl-C or SIGTERM ends the watch below, and the run stops them in order.
+    stop_request.install()
     return DemoRun(args, sys.stdout).run()
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 import threading
 import time
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed
 
+from plugrl_ros import stop_request
 from plugrl_ros.demo.policy_gradient import DemoTrainerSettings, PolicyGradient
 from plugrl_ros.demo.results import EpisodeRecord, json_line, summarize, write_results
 from plugrl_ros.demo.session import SERVER_NAME, Session
@@ -245,7 +245,9 @@ async def _run_cli(settings: DemoTrainerSettings, trainer: DemoTrainer) -> None:
 
     reporter = asyncio.ensure_future(report())
     try:
-        await trainer.finished()
+        # Ctrl-C and SIGTERM end the run as its duration does: clients get plugrl-server-stop.
+        with stop_request.calling_in_loop(asyncio.get_running_loop(), trainer.end):
+            await trainer.finished()
     finally:
         reporter.cancel()
 
@@ -265,16 +267,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as exc:
         _parser().error(str(exc))
-    # SIGINT (also when a shell started us with it ignored) and SIGTERM end the run, as Ctrl-C does.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    stop_request.install()
     logging.basicConfig(level=logging.INFO, format="[plugrl-demo-trainer] %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per connection is ours to say
     trainer = DemoTrainer(settings)
     try:
         asyncio.run(_run_cli(settings, trainer))
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
     except OSError as exc:
         print(f"{SERVER_NAME}: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
         return 2
@@ -283,11 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json_line(summary), flush=True)
     if args.output:
         write_results(args.output, records, summary)
+    if stop_request.requested():
+        print("interrupted: the run ended early", file=sys.stderr)
+        return 0
     return 0 if records else 1
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def rclpy_free_args(argv: Sequence[str]) -> list[str]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import signal
 import sys
 import time
 from collections import deque
@@ -31,9 +30,9 @@ from rclpy.node import Node
 from std_msgs.msg import Bool
 from std_srvs.srv import SetBool
 
+from plugrl_ros import stop_request
 from plugrl_ros.protocol.client import CloseKind, Connected, ConnectFailed, Disconnected, FrameReceived, Notice
 from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
-from plugrl_ros.ros import stop_request
 from plugrl_ros.ros.config import BridgeConfig, check_environment
 from plugrl_ros.ros.dead_man import DeadManSwitch
 from plugrl_ros.ros.diagnostics import ERROR, OK, WARN, Entry, percentile_ms, status_array
@@ -518,17 +517,6 @@ def spin_resiliently(executor: SingleThreadedExecutor, node: BridgeNode) -> None
         node.get_logger().error(f"ROS failed to deliver a message ({exc}); it is lost, the bridge carries on")
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    stop_request.request()
-    raise KeyboardInterrupt
-
-
-def _check_stop_request() -> None:
-    """Raise the KeyboardInterrupt of a signal whose own exception was lost (see stop_request)."""
-    if stop_request.requested():
-        raise KeyboardInterrupt
-
-
 # glibc's mallopt parameters
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -557,10 +545,11 @@ def main(args: list[str] | None = None) -> int:
     """``ros2 run plugrl_ros bridge --ros-args --params-file bridge.yaml``."""
     from rclpy.signals import SignalHandlerOptions
 
+    # SIGINT/SIGTERM only ask for a stop (see stop_request): the loop below ends, the actuators
+    # are idled while the ROS context is still valid, then the trainer connection is closed.
+    stop_request.install()
     tune_process()
     try:
-        # Our own signal handling: the actuators must be idled while the ROS
-        # context is still valid, so SIGINT/SIGTERM become KeyboardInterrupt.
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     except RuntimeError as exc:  # rcl refusing the command line: a user mistake, not a crash
         error = explain_refusal(str(exc))
@@ -570,29 +559,24 @@ def main(args: list[str] | None = None) -> int:
             reason = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
             print(f"[plugrl_bridge] cannot read the command line: {reason}", file=sys.stderr)
         return EXIT_CONFIG
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    signal.signal(signal.SIGINT, _raise_interrupt)
     node: BridgeNode | None = None
     code = EXIT_OK
     try:
-        _check_stop_request()
+        if stop_request.requested():
+            return EXIT_OK  # stopped while starting: no actuator has been touched
         node = BridgeNode(command_line=sys.argv if args is None else args)
         executor = SingleThreadedExecutor()
         executor.add_node(node)
-        while not node.finished:
-            _check_stop_request()
+        # a stop is seen within one turn (0.1 s): the handler cannot wake rcl's wait, and needs not
+        while not node.finished and not stop_request.requested():
             spin_resiliently(executor, node)
+        if stop_request.requested() and not node.finished:
+            node.get_logger().info("interrupted: idling the actuators and closing the trainer connection")
         code = node.exit_code
     except ConfigError as exc:
         print(f"[plugrl_bridge] configuration error: {exc}", file=sys.stderr)
         code = EXIT_CONFIG
-    except KeyboardInterrupt:
-        if node is not None:
-            node.get_logger().info("interrupted: idling the actuators and closing the trainer connection")
     finally:
-        # A second signal must not cut the graceful shutdown short (it takes at most about 2 s).
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if node is not None:
             node.shutdown_gracefully()
             node.destroy_node()

@@ -5,12 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import cv2
 import numpy as np
 from sensor_msgs.msg import CompressedImage, Image
 
+from plugrl_ros import opencv
 from plugrl_ros.ros.params import ConfigError, Section
 from plugrl_ros.ros.sources import ConversionError, registered
+
+try:
+    import cv2
+except ImportError:  # optional (a plain pip install has none): make_image_source says what to install
+    cv2 = None
 
 
 class ImageSource(Protocol):
@@ -52,16 +57,17 @@ ENCODINGS: dict[str, _Encoding] = {
 }
 
 # Color conversions run before resizing when they drop channels (less to resize)...
-_TO_GRAY = {
-    "RGB": cv2.COLOR_RGB2GRAY,
-    "BGR": cv2.COLOR_BGR2GRAY,
-    "RGBA": cv2.COLOR_RGBA2GRAY,
-    "BGRA": cv2.COLOR_BGRA2GRAY,
-}
-_DROP_ALPHA = {
-    "RGBA": cv2.COLOR_RGBA2RGB,
-    "BGRA": cv2.COLOR_BGRA2RGB,
-}
+_TO_GRAY = (
+    {
+        "RGB": cv2.COLOR_RGB2GRAY,
+        "BGR": cv2.COLOR_BGR2GRAY,
+        "RGBA": cv2.COLOR_RGBA2GRAY,
+        "BGRA": cv2.COLOR_BGRA2GRAY,
+    }
+    if cv2
+    else {}
+)
+_DROP_ALPHA = {"RGBA": cv2.COLOR_RGBA2RGB, "BGRA": cv2.COLOR_BGRA2RGB} if cv2 else {}
 
 
 @dataclass(frozen=True)
@@ -252,4 +258,10 @@ IMAGE_SOURCES: dict[str, type] = {
 
 def make_image_source(type_name: str, section: Section) -> ImageSource:
     """The image source for ``type_name``, configured from ``section`` (ConfigError for a bad type or key)."""
+    if cv2 is None:
+        raise ConfigError(
+            section.prefix,
+            section.values(),
+            f"image sources need OpenCV, which cannot be imported ({opencv.missing()}); {opencv.INSTALL}",
+        )
     return registered(IMAGE_SOURCES, type_name, section)(section)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from plugrl_ros import stop_request
 from plugrl_ros.protocol.client import (
     ClientSettings,
     CloseKind,
@@ -147,5 +148,12 @@ class HeadlessProbe:
 
 
 def run_headless(settings: HeadlessSettings) -> int:
-    """Run the headless probe to completion; the exit status."""
-    return asyncio.run(HeadlessProbe(settings).run())
+    """Run the headless probe to completion (or Ctrl-C/SIGTERM: then it stops, closing with 1000); the exit status."""
+
+    async def run() -> int:
+        probe = HeadlessProbe(settings)
+        with stop_request.calling_in_loop(asyncio.get_running_loop(), probe.client.stop):
+            return await probe.run()
+
+    stop_request.install()
+    return asyncio.run(run())

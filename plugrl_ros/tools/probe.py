@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     from plugrl_ros.tools.probe_deployment import run_deployment
 
-    return run_deployment(args)
+    return run_deployment(args, client)
 
 
 if __name__ == "__main__":

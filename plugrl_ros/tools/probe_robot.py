@@ -22,7 +22,7 @@ from std_msgs.msg import Bool, Float32, Float64, Float64MultiArray
 from std_srvs.srv import Trigger
 
 from plugrl_ros.ros.qos import qos_profile
-from plugrl_ros.ros.spin import spin_until_shutdown
+from plugrl_ros.ros.spin import init_ros, spin_until_shutdown
 from plugrl_ros.tools.probe_env import ProbeEnvs
 
 
@@ -100,7 +100,7 @@ def main(args: list[str] | None = None) -> int:
     parser.add_argument("--envs", type=int, default=1, help="number of probe envs (namespaces probe0, probe1, ...)")
     parser.add_argument("--action-dim", type=int, default=2, help="action width per step (default %(default)s)")
     options = parser.parse_args(argv)
-    rclpy.init(args=args)
+    init_ros(args)
     node = ProbeRobot(options.envs, options.action_dim)
     return spin_until_shutdown(node)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from plugrl_ros import stop_request
 from plugrl_ros.protocol.messages import REUSE_FEEDBACK_OBS
 from plugrl_ros.tools.test_trainer.server import TestTrainer
 from plugrl_ros.tools.test_trainer.settings import ENDINGS, TrainerSettings
@@ -52,27 +53,36 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def _run_cli(settings: TrainerSettings, timeout: float | None, keep: Callable[[TestTrainer], None]) -> int:
+async def _run_cli(settings: TrainerSettings, timeout: float | None) -> int:
     trainer = TestTrainer(settings)
-    keep(trainer)
     try:
         port = await trainer.start()
     except OSError as exc:
         print(f"plugrl-test-trainer: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
         return 2
     print(f"listening on {settings.scheme}://{_url_host(settings.host)}:{port}", flush=True)
-    try:
-        report = await trainer.finished(timeout)
-    except asyncio.TimeoutError:
-        print(trainer.report.text(), flush=True)
-        return 2
+    finished = asyncio.ensure_future(trainer.finished(timeout))
+    # Ctrl-C or SIGTERM: what was seen so far is the report (a script cut short proves nothing either way)
+    with stop_request.calling_in_loop(asyncio.get_running_loop(), finished.cancel):
+        try:
+            report = await finished
+        except asyncio.TimeoutError:
+            print(trainer.report.text(), flush=True)
+            return 2
+        except asyncio.CancelledError:
+            print("interrupted", flush=True)
+            print(trainer.report.text(), flush=True)
+            return 1 if trainer.report.failed else 0
     print(report.text(), flush=True)
     # a script the client did not let run to its end proves nothing: fail it
     return 1 if report.failed or report.incomplete else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``plugrl-test-trainer``: 0 if no clause failed, 1 if one did (or the script did not finish), 2 on --timeout."""
+    """``plugrl-test-trainer``: 0 if no clause failed, 1 if one did (or the script did not finish), 2 on --timeout.
+
+    Stopped by Ctrl-C or SIGTERM, it prints what it saw and exits 0 unless a clause failed.
+    """
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -96,11 +106,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    trainers: list[TestTrainer] = []
-    try:
-        return asyncio.run(_run_cli(settings, args.timeout, trainers.append))
-    except KeyboardInterrupt:
-        # Interrupted: what was seen so far is still worth printing.
-        if trainers:
-            print(trainers[0].report.text(), flush=True)
-        return 130
+    stop_request.install()
+    return asyncio.run(_run_cli(settings, args.timeout))
