@@ -42,6 +42,11 @@ def install() -> None:
 
 
 def _on_signal(signum: int, frame: object) -> None:
+    request(signum)
+
+
+def request(signum: int = signal.SIGINT) -> None:
+    """Request a stop as the signal ``signum`` does (for one that arrived before :func:`install`)."""
     _requests.append(signum)
     if len(_requests) == 1:
         for wake in list(_wakers):
