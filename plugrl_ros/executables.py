@@ -17,14 +17,15 @@ import sys
 from plugrl_ros import stop_request
 
 # What ``python -S -c`` runs for :func:`command`. Site initialisation (the venv, .pth files: a tenth
-# of a second on a busy machine) comes after a handler that records a stop, not before; and the
+# of a second on a busy machine) comes after a handler that records a stop, not before (the builtin
+# _signal: the signal module's own imports take as long); and the
 # current directory that -c puts first on sys.path goes (before site would make it absolute), so
 # the installed package is the one imported.
 _BOOTSTRAP = """\
-import signal, sys
+import _signal, sys
 early = []
-for signum in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(signum, lambda signum, frame: early.append(signum))
+for signum in (_signal.SIGINT, _signal.SIGTERM):
+    _signal.signal(signum, lambda signum, frame: early.append(signum))
 if sys.path and sys.path[0] == "":
     del sys.path[0]
 import site
