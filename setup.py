@@ -16,8 +16,7 @@ setup(
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml")),
     ],
-    package_data={PACKAGE: ["config/*.yaml"]},
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     install_requires=["numpy", "msgpack>=1.0", "websockets>=15.0", "PyYAML", "mcap>=1.2", "mcap-ros2-support>=0.5"],
     # OpenCV comes from apt (python3-opencv, via rosdep) on a robot; a pip-only install adds it with [opencv].
     extras_require={"opencv": ["opencv-python-headless"]},
@@ -26,6 +25,14 @@ setup(
     maintainer_email="maintainers@plugrl-ros.dev",
     description="Bridge ROS 2 robots and simulators to a remote PlugRL reinforcement-learning trainer.",
     license="Apache-2.0",
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
+        "Operating System :: POSIX :: Linux",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     entry_points={
         "console_scripts": [
             # Every node, trainer and probe starts through plugrl_ros.executables (the bridge through its

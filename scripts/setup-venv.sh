@@ -3,7 +3,7 @@
 #
 #   scripts/setup-venv.sh [VENV] [kilted|jazzy] [EXTRA_REQUIREMENT]
 #
-# EXTRA_REQUIREMENT (e.g. websockets==13.0) is installed last, over the pinned
+# EXTRA_REQUIREMENT (e.g. websockets==15.0) is installed last, over the pinned
 # version: how CI tests the oldest supported dependency. A venv remembers its
 # wheel set and extra requirement: called again without them (as the demo and
 # benchmark scripts do), it keeps them. Kilted and Jazzy wheels must never mix.

@@ -18,7 +18,7 @@ from websockets.exceptions import ConnectionClosed
 
 from plugrl_ros import executables
 from plugrl_ros.demo.reacher import Reacher, ReacherSpec, fingertip
-from plugrl_ros.demo.results import EpisodeRecord, moving_average, summarize
+from plugrl_ros.demo.results import EpisodeRecord, moving_average, summarize, write_results
 from plugrl_ros.demo.runner import parse_diagnostics
 from plugrl_ros.demo.trainer import DemoTrainer, DemoTrainerSettings, PolicyGradient, Session
 from plugrl_ros.protocol.client import RESYNC_REASON, ClientSettings
@@ -294,6 +294,21 @@ def test_summary_compares_the_first_and_last_episodes():
     assert summarize([], 1.0)["episodes"] == 0
     assert moving_average([1, 2, 3, 4], 2).tolist() == [1.5, 2.5, 3.5]
     assert len(moving_average([1.0], 5)) == 0
+
+
+def test_the_results_have_a_plot_with_matplotlib_and_are_complete_without_it(tmp_path, monkeypatch):
+    records = [EpisodeRecord(float(i), i % 2, -10.0 + i / 10, 20) for i in range(60)]
+    summary = summarize(records, 60.0)
+    drawn = write_results(tmp_path / "with", records, summary)
+    assert Path(drawn["returns.png"]).stat().st_size > 10_000
+    # as on a robot whose rosdep install brought no matplotlib: importing it fails
+    for name in {"matplotlib", *(m for m in sys.modules if m.startswith("matplotlib."))}:
+        monkeypatch.setitem(sys.modules, name, None)
+    paths = write_results(tmp_path / "without", records, summary)
+    assert set(paths) == {"summary.json", "episodes.csv"}
+    assert not (tmp_path / "without" / "returns.png").exists()
+    assert json.loads(Path(paths["summary.json"]).read_text())["files"] == paths
+    assert len(Path(paths["episodes.csv"]).read_text().splitlines()) == 61
 
 
 # -- the whole demo, as a newcomer runs it -------------------------------------------------

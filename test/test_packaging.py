@@ -43,15 +43,29 @@ def test_a_shipped_config_with_a_typo_fails_naming_the_key(tmp_path):
         load_config(flat_params(tmp_path / "bad.yaml"))
 
 
-def _package_imports() -> set[str]:
-    modules = set()
+def _imported(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {alias.name.split(".")[0] for alias in node.names}
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        return {node.module.split(".")[0]}
+    return set()
+
+
+def _package_imports() -> tuple[set[str], set[str]]:
+    """(required, optional) top-level modules; optional = imported only where ImportError is caught."""
+    required, optional = set(), set()
     for path in (ROOT / "plugrl_ros").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                modules.update(alias.name.split(".")[0] for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                modules.add(node.module.split(".")[0])
-    return modules
+        tree = ast.parse(path.read_text())
+        guarded = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Try) and any(
+                isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
+                for h in node.handlers
+            ):
+                guarded.update(id(inner) for stmt in node.body for inner in ast.walk(stmt))
+        for node in ast.walk(tree):
+            (optional if id(node) in guarded else required).update(_imported(node))
+    return required, optional - required
 
 
 # third-party import -> the rosdep key package.xml must declare for it
@@ -60,7 +74,6 @@ _ROSDEP_KEYS = {
     "msgpack": "python3-msgpack",
     "websockets": "python3-websockets",
     "cv2": "python3-opencv",
-    "matplotlib": "python3-matplotlib",
     "yaml": "python3-yaml",
     "ament_index_python": "ament_index_python",
     "launch": "launch",
@@ -81,7 +94,8 @@ def test_every_third_party_import_is_declared_in_package_xml():
     launch_files = {"launch", "launch_ros"}  # imported by launch/*.py, not the package
     missing = []
     install_requires = (ROOT / "setup.py").read_text().split("install_requires=", 1)[1].split("\n", 1)[0]
-    for module in sorted(_package_imports() - stdlib - {"plugrl_ros"}):
+    required, _ = _package_imports()
+    for module in sorted(required - stdlib - {"plugrl_ros"}):
         if module in _PIP_ONLY:
             if f'"{_PIP_ONLY[module]}' not in install_requires:
                 missing.append(f"{module} -> setup.py install_requires {_PIP_ONLY[module]}")
@@ -91,6 +105,24 @@ def test_every_third_party_import_is_declared_in_package_xml():
             missing.append(f"{module} -> {key}")
     assert not missing, f"undeclared in package.xml: {missing}"
     assert launch_files <= declared
+
+
+def test_the_python_versions_claimed_are_the_ones_setup_py_allows():
+    setup = (ROOT / "setup.py").read_text()
+    oldest = re.search(r'python_requires=">=3\.(\d+)"', setup).group(1)
+    classified = re.findall(r'"Programming Language :: Python :: 3\.(\d+)"', setup)
+    assert min(classified) == oldest
+    readme = (ROOT / "README.md").read_text()
+    assert f"Python 3.{oldest} or newer" in readme
+    assert sys.version_info >= (3, int(oldest)), "the suite runs on a Python setup.py refuses"
+
+
+def test_the_demo_plot_is_optional_on_a_robot_and_installed_by_the_pip_requirements():
+    required, optional = _package_imports()
+    assert "matplotlib" in optional and "matplotlib" not in required
+    root = ET.parse(ROOT / "package.xml").getroot()
+    assert "python3-matplotlib" not in {e.text for e in root}, "rosdep would pull the demo's plotting onto robots"
+    assert re.search(r"(?m)^matplotlib==", (ROOT / "requirements" / "base.txt").read_text())
 
 
 def test_the_launch_file_starts_the_bridge_executable_with_the_shipped_config():

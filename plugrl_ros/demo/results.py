@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 COMPARED_FRACTION = 0.1  # "first" and "last" in the summary: this share of the episodes each
+# The plot is the demo's only use of matplotlib, so a robot's rosdep install does not pull it in.
+NO_PLOT = "not drawn: matplotlib is not installed (pip install matplotlib, or apt install python3-matplotlib)"
 
 
 @dataclass(frozen=True)
@@ -47,19 +49,33 @@ def moving_average(values: Sequence[float], window: int) -> np.ndarray:
 
 
 def write_results(output: str | Path, records: Sequence[EpisodeRecord], summary: Mapping[str, Any]) -> dict[str, str]:
-    """Write returns.png, summary.json and episodes.csv into ``output``; their paths by name."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
+    """Write summary.json, episodes.csv and (with matplotlib) returns.png into ``output``; their paths by name."""
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {name: str(out / name) for name in ("returns.png", "summary.json", "episodes.csv")}
+    paths = {name: str(out / name) for name in ("summary.json", "episodes.csv")}
 
     with open(paths["episodes.csv"], "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["time_s", "env", "return", "length"])
         for r in records:
             writer.writerow([f"{r.time_s:.3f}", r.env, f"{r.ret:.5f}", r.length])
+
+    if plot_returns(out / "returns.png", records, summary):
+        paths["returns.png"] = str(out / "returns.png")
+
+    with open(paths["summary.json"], "w") as f:
+        json.dump({**summary, "files": paths}, f, indent=2)
+        f.write("\n")
+    return paths
+
+
+def plot_returns(path: Path, records: Sequence[EpisodeRecord], summary: Mapping[str, Any]) -> bool:
+    """Draw episode return over time into ``path``; False (nothing drawn) without matplotlib."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return False
 
     # The Agg canvas directly: no pyplot, so no display backend is ever looked for.
     figure = Figure(figsize=(8, 4.5), dpi=100)
@@ -82,12 +98,8 @@ def write_results(output: str | Path, records: Sequence[EpisodeRecord], summary:
     if records:
         ax.legend(loc="lower right")
     figure.tight_layout()
-    figure.savefig(paths["returns.png"])
-
-    with open(paths["summary.json"], "w") as f:
-        json.dump({**summary, "files": paths}, f, indent=2)
-        f.write("\n")
-    return paths
+    figure.savefig(path)
+    return True
 
 
 def json_line(summary: Mapping[str, Any]) -> str:

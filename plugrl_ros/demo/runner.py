@@ -6,8 +6,8 @@ bridge run as separate ROS processes, the bridge configured by the shipped
 start it. Their logs go to files under the output directory; the terminal
 shows one progress line, fed by the trainer's statistics and the bridge's
 ``/diagnostics``. The trainer ends the run after ``--duration`` seconds, the
-bridge then exits by itself, and the demo writes ``returns.png``,
-``summary.json`` and ``episodes.csv``.
+bridge then exits by itself, and the demo writes ``summary.json``,
+``episodes.csv`` and, when matplotlib is installed, the plot ``returns.png``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from plugrl_ros import executables, stop_request
-from plugrl_ros.demo.results import EpisodeRecord, summarize, write_results
+from plugrl_ros.demo.results import NO_PLOT, EpisodeRecord, summarize, write_results
 from plugrl_ros.demo.robot_node import namespace
 from plugrl_ros.demo.trainer import RECENT_EPISODES, DemoTrainer, DemoTrainerSettings, TrainerStats
 from plugrl_ros.shipped import shipped_file
@@ -461,7 +461,7 @@ class DemoRun:
                 f"  the bridge lost the trainer link {summary['trainer_reconnects']} time(s) and reconnected; "
                 f"see {self.logs / 'bridge.log'}"
             )
-        lines.append(f"  plot: {paths['returns.png']}")
+        lines.append(f"  plot: {paths.get('returns.png', NO_PLOT)}")
         lines.append(f"  summary: {paths['summary.json']}; episodes: {paths['episodes.csv']}; logs: {self.logs}/")
         if summary.get("failure"):
             lines.append(f"  FAILED: {summary['failure']}")

@@ -388,7 +388,7 @@ def connect_options(s: ClientSettings) -> dict[str, Any]:
 
 
 def close_frame(ws: ClientConnection) -> tuple[int | None, str | None]:
-    """The trainer's close code and reason (``ws.close_code`` only exists from websockets 14.1)."""
+    """The code and reason of the trainer's close frame; 1006 and no reason if none came."""
     received = ws.protocol.close_rcvd
     if received is None:
         return 1006, None  # no close frame: the connection dropped

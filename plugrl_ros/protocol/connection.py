@@ -25,7 +25,6 @@ from plugrl_ros.protocol.messages import (
     ActionChunk,
     Metadata,
     ObservationRow,
-    Row,
     TextFormat,
     batch_rows,
     build_feedback,
@@ -81,7 +80,7 @@ class Connection:
         # envs that received an action and have not been fed back yet
         self.holding: set[int] = set()
         # env -> the row its last feedback on this connection sent, if not terminal
-        self._server_holds: dict[int, Row] = {}
+        self._server_holds: dict[int, ObservationRow] = {}
 
     # -- receiving -------------------------------------------------------
 
@@ -139,8 +138,7 @@ class Connection:
         text_format = self._text_format
 
         def build() -> dict:
-            template_row = template.resolve() if template is not None else None
-            observation = batch_rows([r.resolve() for r in sent], text_format, template_row)
+            observation = batch_rows(sent, text_format, template)
             return build_infer(envs, steps, observation, reuse if send_reuse else None)
 
         self._inflight = envs
@@ -151,7 +149,7 @@ class Connection:
         self,
         env_indices: Sequence[int],
         step_ids: Sequence[int],
-        rows: Sequence[Row],
+        rows: Sequence[ObservationRow],
         rewards: Sequence[float],
         terminated: Sequence[bool],
         truncated: Sequence[bool],
@@ -179,7 +177,7 @@ class Connection:
         text_format = self._text_format
 
         def build() -> dict:
-            observation = batch_rows([r.resolve() for r in rows], text_format)
+            observation = batch_rows(rows, text_format)
             return build_feedback(envs, steps, observation, *values)
 
         self.phase = Phase.INFER

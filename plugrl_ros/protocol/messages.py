@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 
@@ -35,18 +35,6 @@ class ObservationRow:
     images: Mapping[str, np.ndarray] = field(default_factory=dict)
     states: Mapping[str, np.ndarray] = field(default_factory=dict)
     text: str = ""
-
-    def resolve(self) -> ObservationRow:
-        return self
-
-
-class LazyRow(Protocol):
-    """An observation whose conversion is deferred to the thread that encodes it."""
-
-    def resolve(self) -> ObservationRow: ...
-
-
-Row = ObservationRow | LazyRow
 
 
 def encode_text(texts: Sequence[str], text_format: TextFormat) -> Any:

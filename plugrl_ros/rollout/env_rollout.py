@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from plugrl_ros.protocol.messages import Row
+from plugrl_ros.protocol.messages import ObservationRow
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class EpisodeSummary:
 class PendingFeedback:
     """A finished chunk, waiting for its feedback slot."""
 
-    row: Row
+    row: ObservationRow
     reward: float
     terminated: bool
     truncated: bool
@@ -70,7 +70,7 @@ class EnvRollout:
         # the robot stopped reporting during the first step of this chunk: the
         # chunk can neither run nor be fed back, only dropped with the connection
         self.frozen = False
-        self.last_row: Row | None = None  # the observation after the chunk's last completed step
+        self.last_row: ObservationRow | None = None  # the observation after the chunk's last completed step
         # lifetime counters
         self.episodes = 0
         self.steps_total = 0
@@ -117,7 +117,13 @@ class EnvRollout:
         return action
 
     def finish_step(
-        self, reward: float, terminated: bool, truncated: bool, success: bool, row: Row, interrupted: bool = False
+        self,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        success: bool,
+        row: ObservationRow,
+        interrupted: bool = False,
     ) -> bool:
         """Record the in-flight step's result; True if that ended the chunk.
 

@@ -21,11 +21,11 @@ import numpy as np
 
 from plugrl_ros.protocol.connection import SAME_AS_FEEDBACK, Connection, Outgoing, Phase
 from plugrl_ros.protocol.errors import ProtocolError
-from plugrl_ros.protocol.messages import ActionChunk, Metadata, Row, TextFormat, action_width, episode_info
+from plugrl_ros.protocol.messages import ActionChunk, Metadata, ObservationRow, TextFormat, action_width, episode_info
 from plugrl_ros.rollout.env_rollout import EnvRollout
 from plugrl_ros.rollout.scheduler import Decision, Timing, decide_feedback
 
-Capture = Callable[[int], "Row | None"]
+Capture = Callable[[int], "ObservationRow | None"]
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ class Rollout:
         terminated: bool,
         truncated: bool,
         success: bool,
-        row: Row,
+        row: ObservationRow,
         interrupted: bool = False,
     ) -> bool:
         """Record the result of ``env``'s step in flight; True if its chunk ended."""
@@ -221,7 +221,7 @@ class Rollout:
             return []
         out: list[Outgoing] = []
         reusable: set[int] = set()
-        rows: dict[int, Row] = {}
+        rows: dict[int, ObservationRow] = {}
         if conn.phase is Phase.FEEDBACK:
             now = self._clock()
             timing = Timing(
@@ -256,8 +256,8 @@ class Rollout:
                 out.append(self._infer(conn, rows))
         return out
 
-    def _capture_idle(self, capture: Capture, include_resetting_pending: bool) -> dict[int, Row]:
-        rows: dict[int, Row] = {}
+    def _capture_idle(self, capture: Capture, include_resetting_pending: bool) -> dict[int, ObservationRow]:
+        rows: dict[int, ObservationRow] = {}
         for env in self.envs:
             # an env whose terminal feedback is pending and whose reset is
             # done will be idle as soon as that feedback is sent
@@ -296,7 +296,7 @@ class Rollout:
         self._first_pending_at = None
         return outgoing, {e.index for e, r in zip(sent, results) if not r.ends_episode}
 
-    def _infer(self, conn: Connection, rows: dict[int, Row]) -> Outgoing:
+    def _infer(self, conn: Connection, rows: dict[int, ObservationRow]) -> Outgoing:
         envs = sorted(rows)
         outgoing = conn.infer(envs, [self.envs[i].step_id for i in envs], [rows[i] for i in envs])
         for i in envs:
