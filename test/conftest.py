@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 # Before anything imports rclpy: ROS must find the wheels' packages, keep DDS
 # on loopback, and not cross-talk between pytest-xdist workers.
@@ -18,3 +22,29 @@ _index = int("".join(ch for ch in _worker if ch.isdigit()) or 0)
 # PLUGRL_TEST_DOMAIN_BASE lets two suites share a machine (each worker uses base + 10 * index).
 _base = int(os.environ.get("PLUGRL_TEST_DOMAIN_BASE", "20"))
 os.environ["ROS_DOMAIN_ID"] = str(_base + (_index % 8) * 10)
+
+
+@pytest.fixture(autouse=True)
+def _websocket_tests_are_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test that opens a websocket connection in this process is marked ``websockets``.
+
+    CI's pass with the oldest supported websockets runs only the marked tests (``.ci/run``),
+    so an unmarked one would silently escape it; ``websockets_incidental`` says, on purpose,
+    that a test's link is plumbing covered by marked tests. The library's connection class
+    is observed here (its own ``__init__`` still runs), not replaced.
+    """
+    if any(request.node.get_closest_marker(m) is not None for m in ("websockets", "websockets_incidental")):
+        yield
+        return
+    from websockets.asyncio.connection import Connection
+
+    opened: list[str] = []
+    original = Connection.__init__
+
+    def observed(self: Connection, *args: Any, **kwargs: Any) -> None:
+        opened.append(type(self).__name__)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "__init__", observed)
+    yield
+    assert not opened, f"this test opened websocket connections ({', '.join(sorted(set(opened)))}): mark it websockets"

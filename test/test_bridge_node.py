@@ -43,7 +43,8 @@ from trainer_fixture import Record, ScriptedTrainer
 from plugrl_ros.protocol.client import STOP_REASON
 from plugrl_ros.ros.qos import qos_profile
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.timeout(90)]
+# The trainer link is plumbing here, except in the tests marked websockets (closes, stops, a hung handshake).
+pytestmark = [pytest.mark.ros, pytest.mark.websockets_incidental, pytest.mark.slow, pytest.mark.timeout(90)]
 
 RATE_HZ = 50.0
 PERIOD_S = 1.0 / RATE_HZ
@@ -679,6 +680,7 @@ def test_actions_are_sliced_scaled_clipped_rate_limited_and_published_step_by_st
         assert (m.linear.y, m.linear.z, m.angular.x, m.angular.y) == (0.0, 0.0, 0.0, 0.0)
 
 
+@pytest.mark.websockets
 def test_a_non_finite_action_closes_the_connection_and_none_of_its_chunk_is_published(tmp_path, robot):
     infers = []
 
@@ -1161,6 +1163,7 @@ def test_a_signal_idles_the_actuators_closes_the_trainer_link_with_1000_and_exit
     assert "Traceback" not in output, output
 
 
+@pytest.mark.websockets
 def test_sigint_exits_promptly_while_the_trainer_handshake_hangs(tmp_path, robot):
     params = {
         "observations": STATE,
@@ -1184,6 +1187,7 @@ def test_sigint_exits_promptly_while_the_trainer_handshake_hangs(tmp_path, robot
     assert elapsed < 3.0, f"took {elapsed:.1f} s to stop"
 
 
+@pytest.mark.websockets
 def test_the_trainers_stop_ends_the_bridge_with_exit_code_0(tmp_path, robot):
     params = {
         "observations": STATE,
@@ -1201,6 +1205,7 @@ def test_the_trainers_stop_ends_the_bridge_with_exit_code_0(tmp_path, robot):
     assert "finished the run" in output
 
 
+@pytest.mark.websockets
 def test_with_wait_for_next_run_the_trainers_stop_makes_the_bridge_reconnect(tmp_path, robot):
     params = {
         "trainer": {"wait_for_next_run": True},

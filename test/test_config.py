@@ -10,6 +10,8 @@ import trustme
 from plugrl_ros.ros.config import check_environment, load_config
 from plugrl_ros.ros.params import ConfigError
 
+pytestmark = [pytest.mark.ros]
+
 MINIMAL = {
     "observations.states.pos.topic": "state",
     "observations.states.pos.type": "std_msgs/Float64MultiArray",

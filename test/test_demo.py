@@ -177,6 +177,7 @@ def test_exchange_out_of_order_is_a_protocol_error():
         s.receive(feedback([1], [np.zeros(8)], [0.0], [False]))
 
 
+@pytest.mark.websockets
 def test_the_demo_trainer_resyncs_on_an_info_it_cannot_split_per_env():
     """SPEC.md §5.4, as its server checklist checks it: {"task": "pick"} for 2 envs closes for a resync."""
     trainer = TrainerThread(DemoTrainer(DemoTrainerSettings(port=0, duration_s=300.0)))
@@ -234,6 +235,7 @@ class ReacherEnvs:
         )
 
 
+@pytest.mark.websockets
 def test_trainer_improves_the_mean_episode_return():
     trainer = TrainerThread(DemoTrainer(DemoTrainerSettings(port=0, duration_s=300.0, seed=0)))
     port = trainer.start()

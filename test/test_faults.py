@@ -68,7 +68,7 @@ from trainer_fixture import ScriptedTrainer
 
 from plugrl_ros.tools.test_trainer import RECONNECTS, STOP_EXITS, TEXT_FATAL, Report, TrainerSettings
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow, pytest.mark.timeout(120)]
 
 BRIDGE = python_module("plugrl_ros.ros.bridge_main")
 PROBE_YAML = ROOT / "config" / "probe.yaml"

@@ -32,6 +32,8 @@ from plugrl_ros.tools.test_trainer import (
     TrainerSettings,
 )
 
+pytestmark = [pytest.mark.websockets]
+
 
 def settings(**overrides: object) -> TrainerSettings:
     values: dict = {

@@ -29,6 +29,8 @@ from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.tools.headless_probe import HeadlessProbe, HeadlessSettings
 from plugrl_ros.tools.probe_env import ProbeEnvs
 
+pytestmark = [pytest.mark.websockets]
+
 H, D = 4, 2
 
 

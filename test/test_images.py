@@ -11,6 +11,8 @@ from plugrl_ros.ros.images import ENCODINGS, IMAGE_SOURCES, make_image_source
 from plugrl_ros.ros.params import ConfigError, Section
 from plugrl_ros.ros.sources import ConversionError
 
+pytestmark = [pytest.mark.ros]
+
 PREFIX = "observations.images.wrist"
 RNG = np.random.default_rng(7)
 # Odd sizes catch row/column mix-ups and any hidden alignment assumption.

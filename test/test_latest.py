@@ -10,6 +10,8 @@ import pytest
 from plugrl_ros.ros.env_io import Latest
 from plugrl_ros.ros.sources import ConversionError
 
+pytestmark = [pytest.mark.ros]
+
 
 class Counting:
     """A converter that records which thread converted which message."""

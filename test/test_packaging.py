@@ -17,6 +17,8 @@ from harness import ROOT, launch_arguments, process, ros_env
 from plugrl_ros.ros.config import load_config
 from plugrl_ros.ros.params import ConfigError
 
+pytestmark = [pytest.mark.ros]
+
 SHIPPED_CONFIGS = sorted(p.name for p in (ROOT / "config").glob("*.yaml"))
 
 

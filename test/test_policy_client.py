@@ -38,6 +38,8 @@ from plugrl_ros.protocol.policy.client import (
 from plugrl_ros.protocol.policy.session import Expectation
 from plugrl_ros.tools.test_policy_server import PolicyServerSettings, TestPolicyServer, decode_row
 
+pytestmark = [pytest.mark.websockets]
+
 TIMEOUT = 30
 
 

@@ -36,6 +36,8 @@ from plugrl_ros.protocol.policy.request import RequestInput, RequestLayout
 from plugrl_ros.protocol.policy.session import Chunk, Expectation, ServerMetadata
 from plugrl_ros.tools.test_policy_server import decode_row
 
+pytestmark = [pytest.mark.websockets]
+
 PERIOD = 0.02
 LAYOUT = RequestLayout((RequestInput(("observation", "state"), "states.joints"),), "/")
 TIMEOUT = 60

@@ -12,7 +12,8 @@ from harness import TrainerThread, process, python_module
 
 from plugrl_ros.tools.test_trainer import REWARD_SUM, TERMINAL_OBSERVATION, TIME_MAJOR, TrainerSettings
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+# The link's endings are the headless probe's (test_headless_probe) and, over ROS, test_faults' probe deployment.
+pytestmark = [pytest.mark.ros, pytest.mark.websockets_incidental, pytest.mark.slow]
 
 
 def trainer_settings(**overrides: object) -> TrainerSettings:

@@ -38,7 +38,7 @@ EXERCISED = {
     "git clone": COLCON,
     "source /opt/ros/": "not here: apt ROS 2 is not on these machines; the wheels run the same code",
     "rosdep install": "mirror: test_packaging.py::test_every_third_party_import_is_declared_in_package_xml",
-    "pip install --user 'websockets>=15'": "mirror: .ci/run (the suite runs again with websockets==15.0)",
+    "pip install --user 'websockets>=15'": "mirror: .ci/run (the websocket tests run again with websockets==15.0)",
     "colcon build --packages-select plugrl_ros": COLCON,
     "source install/setup.bash": COLCON,
     "ros2 launch plugrl_ros bridge.launch.py": LAUNCH,
@@ -98,6 +98,7 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert "setup-venv.sh" in script and "pytest" in script and "ruff check" in script
 
 
+@pytest.mark.websockets
 def test_the_headless_probe_command_checks_a_trainer_link():
     """`plugrl-test-trainer --port 8000 --script resync,stop` and `plugrl-probe --headless --server ...`."""
 
@@ -115,6 +116,7 @@ def test_the_headless_probe_command_checks_a_trainer_link():
     assert "the trainer finished the run" in stderr
 
 
+@pytest.mark.websockets
 def test_the_test_trainer_command_prints_its_report():
     command = _installed(["plugrl-test-trainer", "--port", "0", "--script", "resync,stop", "--timeout", "3"])
     out = subprocess.run(command, env=ros_env(), capture_output=True, text=True, timeout=60, check=False)
@@ -123,6 +125,8 @@ def test_the_test_trainer_command_prints_its_report():
     assert out.returncode == 2  # nobody connected before --timeout
 
 
+@pytest.mark.ros
+@pytest.mark.websockets
 def test_the_pip_bridge_command_starts_with_a_params_file_and_an_override():
     """`source scripts/env.sh` and `plugrl-bridge --ros-args --params-file my_robot.yaml -p trainer.uri:=...`."""
     import signal

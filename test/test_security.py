@@ -16,6 +16,8 @@ from plugrl_ros.protocol.client import ClientSettings, ConnectFailed, Notice, Tr
 from plugrl_ros.tools.headless_probe import HeadlessProbe, HeadlessSettings
 from plugrl_ros.tools.test_trainer import TestTrainer, TrainerSettings
 
+pytestmark = [pytest.mark.websockets]
+
 
 @pytest.fixture
 def tls_files(tmp_path):

@@ -15,6 +15,8 @@ from trajectory_msgs.msg import JointTrajectory
 from plugrl_ros.ros.params import ConfigError, Section
 from plugrl_ros.ros.sinks import SINKS, ActionShaper, duration, make_sink
 
+pytestmark = [pytest.mark.ros]
+
 PREFIX = "actions.arm"
 STAMP = Time(sec=12, nanosec=345)
 

@@ -18,6 +18,8 @@ from plugrl_ros.ros.sources import (
     make_state_source,
 )
 
+pytestmark = [pytest.mark.ros]
+
 PREFIX = "observations.states.joints"
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from plugrl_ros.ros.bridge_node import _TRANSIENT_FAULTS_ALLOWED, spin_resiliently
 
+pytestmark = [pytest.mark.ros]
+
 
 class _Logger:
     def __init__(self) -> None:

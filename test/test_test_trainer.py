@@ -40,6 +40,8 @@ from plugrl_ros.tools.test_trainer import (
     main,
 )
 
+pytestmark = [pytest.mark.websockets]
+
 REPO = Path(__file__).resolve().parents[1]
 STOP = "plugrl-server-stop"
 RUN_TIMEOUT_S = 20.0
