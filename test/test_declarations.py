@@ -14,6 +14,8 @@ from plugrl_ros.ros.config import load_config
 from plugrl_ros.ros.declarations import NONE, PER_TYPE, REQUIRED, SPECS, spec_for
 from plugrl_ros.ros.node_parameters import overrides
 
+pytestmark = [pytest.mark.ros]
+
 README = (ROOT / "README.md").read_text()
 BRIDGE_YAML = ROOT / "config" / "bridge.yaml"
 

@@ -179,7 +179,7 @@ def test_exchange_out_of_order_is_a_protocol_error():
 
 @pytest.mark.websockets
 def test_the_demo_trainer_resyncs_on_an_info_it_cannot_split_per_env():
-    """SPEC.md §5.4, as its server checklist checks it: {"task": "pick"} for 2 envs closes for a resync."""
+    """The protocol's §5.4 (docs/protocol.md), as a server checklist checks it: {"task": "pick"} for 2 envs: resync."""
     trainer = TrainerThread(DemoTrainer(DemoTrainerSettings(port=0, duration_s=300.0)))
     port = trainer.start()
     state = np.zeros(8)

@@ -20,6 +20,8 @@ from plugrl_ros.ros.node_parameters import configure
 from plugrl_ros.ros.param_sources import explain_refusal, override_rules, params_files
 from plugrl_ros.ros.params import ConfigError
 
+pytestmark = [pytest.mark.ros]
+
 # observations and actions only: each test adds the keys it is about
 BASE = """\
 /**:

@@ -22,6 +22,8 @@ from plugrl_ros.record.recorder import Recorder, RecordError, RecorderState
 from plugrl_ros.record.settings import RecordConfigError, RecordSettings, parse_record_section
 from plugrl_ros.ros.params import ConfigError, Section
 
+pytestmark = [pytest.mark.ros]
+
 
 def settings(tmp_path: Path, **kw) -> RecordSettings:
     return RecordSettings(path=tmp_path / "rec", **kw)

@@ -246,7 +246,7 @@ class RawProbeClient:
                     }
                 }
             if "info-unsplittable" in self.faults and m > 1:
-                info = {"task": "pick"}  # nothing of length m to split per env (SPEC.md §5.4)
+                info = {"task": "pick"}  # nothing of length m to split per env (the protocol's §5.4, docs/protocol.md)
             feedback = {
                 "message_type": "feedback",
                 "env_indices": i8(envs),

@@ -318,7 +318,7 @@ def test_state_width_and_text_form_are_deviations():
     assert sorted(p.note for p in received.deviations) == [False, True]
 
 
-# -- info (SPEC.md §5.4) ---------------------------------------------------------------
+# -- info (§5.4 of the protocol, docs/protocol.md) -------------------------------------
 
 
 def test_an_info_that_cannot_be_split_per_env_is_resynced():

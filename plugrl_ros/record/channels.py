@@ -140,7 +140,6 @@ def messages(kind: Kind, env: int, t_ns: int, payload: Any, encode: ImageEncoder
     """The channel messages one recorder call becomes (runs on the writer thread)."""
     if kind is Kind.OBSERVATION:
         sent_in, row = payload
-        row = row.resolve()
         out: list[Message] = []
         for name, image in row.images.items():
             schema, body = image_message(image, t_ns, name, encode)

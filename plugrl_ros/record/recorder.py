@@ -32,10 +32,10 @@ from mcap.records import Schema
 from mcap.writer import CompressionType
 from mcap_ros2.writer import Writer as Ros2Writer
 
-from plugrl_ros.protocol.messages import Row
+from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.record import channels, schemas
 from plugrl_ros.record.channels import Kind
-from plugrl_ros.record.drop_queue import LARGE_ITEM_BYTES, DropQueue
+from plugrl_ros.record.drop_queue import DropQueue
 from plugrl_ros.record.settings import RecordSettings
 
 Opener = Callable[[Path], IO[bytes]]
@@ -240,18 +240,14 @@ class Recorder:
         text = json.dumps({"parameters": dict(parameters), "versions": dict(versions)}, sort_keys=True, default=str)
         self._put(Kind.CONFIG, -1, t_ns, text, len(text) + _SMALL)
 
-    def observation(self, env: int, t_ns: int, row: Row, sent_in: Literal["infer", "feedback"]) -> None:
-        """One env's observation row as sent in an infer or a feedback (a lazy row is resolved by the writer).
+    def observation(self, env: int, t_ns: int, row: ObservationRow, sent_in: Literal["infer", "feedback"]) -> None:
+        """One env's observation row as sent in an infer or a feedback.
 
         With reuse-feedback-obs, an infer that reuses the feedback's row records nothing: readers take
         the feedback's observation for it.
         """
         assert sent_in in channels.SENT_IN, sent_in
-        images = getattr(row, "images", None)
-        if images is None:
-            size = LARGE_ITEM_BYTES  # unresolved: assume it carries frames
-        else:
-            size = _SMALL + sum(a.nbytes for a in images.values()) + sum(a.nbytes for a in row.states.values())
+        size = _SMALL + sum(a.nbytes for a in row.images.values()) + sum(a.nbytes for a in row.states.values())
         self._put(Kind.OBSERVATION, env, t_ns, (sent_in, row), size)
 
     def chunk(self, env: int, t_ns: int, action: np.ndarray) -> None:
