@@ -1,4 +1,4 @@
-"""The demo trainer against SPEC.md's server clauses: a client doing all SPEC.md allows, and some of what it forbids.
+"""The demo trainer against the server checklist (docs/protocol.md): what a client may do, and some of what it may not.
 
 A client of its own, written on websockets and the codec: ragged batches, a
 feedback env set unlike the infer's, a frame over 1 MiB, two connections both
@@ -20,6 +20,8 @@ from plugrl_ros.demo.trainer import DemoTrainer, DemoTrainerSettings
 from plugrl_ros.protocol.client import RESYNC_REASON
 from plugrl_ros.protocol.codec import packb, unpackb
 from plugrl_ros.tools.serving import TrainerThread
+
+pytestmark = [pytest.mark.websockets]
 
 WAIT_S = 30.0  # a hang guard, not a timing claim
 
