@@ -14,13 +14,16 @@ the bytes (the control thread then also competes with the writer for the
 GIL, as it does on a robot). The second table is the writer's own
 throughput: observations per second it turns into MCAP. The third is a
 100 Hz loop on its own thread recording every tick, against the same loop
-with recording off: how late its wake-ups come (p50, p99, max).
+with recording off: how late its wake-ups come (p50, p99, max), with the
+MCAP work on a thread of the same process (the first design) and in the
+writer process the Recorder uses.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import shutil
 import sys
 import threading
 import time
@@ -35,6 +38,7 @@ from bench.common import fmt_ratio, fmt_us, interleaved_medians, md_table, media
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.record.recorder import Recorder
 from plugrl_ros.record.settings import RecordSettings
+from plugrl_ros.record.writer import exclusive_open
 
 
 class NullStream(io.RawIOBase):
@@ -219,13 +223,25 @@ def tick_lateness(tmp: Path, ticks: int, rounds: int, rate_hz: float = 100.0) ->
             deadline += period
         return late
 
-    samples: dict[str, list[dict[str, float]]] = {"off": [], "raw": [], "jpeg": []}
-    drops: dict[str, list[float]] = {"raw": [], "jpeg": []}
+    labels = {
+        "off": "off",
+        "thread": "writer thread, raw images",
+        "process": "writer process, raw images",
+        "process-jpeg": "writer process, JPEG images",
+    }
+    samples: dict[str, list[dict[str, float]]] = {case: [] for case in labels}
+    drops: dict[str, list[float]] = {case: [] for case in labels if case != "off"}
     for r in range(rounds):
         for case, runs in samples.items():
             rec: Any = Off()
-            if case != "off":
-                rec, _ = recorder(tmp / f"tick-{case}-{r}", 256.0, "lz4", case)
+            folder = tmp / f"tick-{case}-{r}"
+            if case == "thread":  # the first design: MCAP work on a thread of this process, same files
+                rec = Recorder(RecordSettings(path=folder), opener=exclusive_open)
+                rec.start()
+            elif case.startswith("process"):  # the Recorder as the bridge uses it, writing real files
+                image_format = "jpeg" if case.endswith("jpeg") else "raw"
+                rec = Recorder(RecordSettings(path=folder, image_format=image_format))  # type: ignore[arg-type]
+                rec.start()
             result: list[list[float]] = []
             thread = threading.Thread(target=lambda rec=rec, result=result: result.append(loop(rec)))
             thread.start()
@@ -234,6 +250,7 @@ def tick_lateness(tmp: Path, ticks: int, rounds: int, rate_hz: float = 100.0) ->
                 status = rec.status()
                 drops[case].append(status.dropped / max(1, status.accepted + status.dropped))
                 rec.close(timeout_s=600)
+                shutil.rmtree(folder, ignore_errors=True)
             late = result[0]
             runs.append({"p50": percentile(late, 0.5), "p99": percentile(late, 0.99), "max": max(late)})
     rows, saved = [], []
@@ -241,7 +258,7 @@ def tick_lateness(tmp: Path, ticks: int, rounds: int, rate_hz: float = 100.0) ->
     for case, runs in samples.items():
         stats = {k: median([run[k] for run in runs]) for k in ("p50", "p99", "max")}
         dropped = f"{median(drops[case]) * 100:.0f}" if case in drops else "-"
-        label = {"off": "off", "raw": "on, raw images", "jpeg": "on, JPEG images"}[case]
+        label = labels[case]
         ms = [f"{stats[k] * 1e3:.2f}" for k in ("p50", "p99", "max")]
         rows.append([label, *ms, fmt_ratio(stats["p99"] / off_p99), dropped])
         saved.append({"recording": case, **stats, "dropped_fraction": median(drops.get(case, [0.0]))})

@@ -1,6 +1,7 @@
 """A process that records the synthetic run and waits to be killed: the SIGKILL test's victim.
 
-Plays the first half of the calls, makes sure they are on disk (``sync``),
+Prints the file and the writer process's id, plays the first half of the
+calls, makes sure they are on disk (``sync``),
 prints ``SYNCED <calls>``, plays the rest (which stay in the chunk being
 built: the chunk size and flush interval are huge), prints ``MORE`` and
 waits on stdin for a kill that never lets it finish the file.
@@ -25,6 +26,7 @@ def main() -> int:
     half = len(calls) // 2
     recorder = Recorder(RecordSettings(path=folder, chunk_bytes=64 * 1024 * 1024, flush_interval_s=3600.0))
     print(f"FILE {recorder.start()}", flush=True)
+    print(f"WRITER {recorder.writer_pid}", flush=True)
     play(recorder, calls[:half])
     if not recorder.sync(60.0):
         print("SYNC FAILED", flush=True)

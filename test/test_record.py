@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import io
 import json
+import os
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -350,6 +352,51 @@ def test_a_stuck_writer_makes_calls_drop_and_count_never_wait(tmp_path):
     assert sequences[-1] - sequences[0] + 1 - len(sequences) == final.dropped  # the gaps are the drops
     reports = [values(m.msg) for m in messages if m.topic == channels.RECORDER_TOPIC]
     assert reports[-1]["dropped"] == final.dropped
+
+
+def test_a_stopped_writer_process_makes_calls_drop_and_count_never_wait(tmp_path):
+    recorder = Recorder(settings(tmp_path, queue_bytes=1024 * 1024))
+    recorder.start()
+    assert recorder.writer_pid is not None
+    os.kill(recorder.writer_pid, signal.SIGSTOP)  # the writer process cannot read: its pipe fills
+    try:
+        frame = np.zeros((200, 170, 3), np.uint8)  # ~100 KB: more than a pipe holds, so its forwarding waits
+        row = ObservationRow(images={"cam": frame})
+        for i in range(200):
+            recorder.observation(0, 10 + i, row, "infer")
+        for i in range(300):
+            recorder.step_result(1, 1000 + i, float(i), False, False, False)
+        stuck = recorder.status()
+    finally:
+        os.kill(recorder.writer_pid, signal.SIGCONT)
+    frames_in = int(0.75 * 1024 * 1024) // (frame.nbytes + 256)
+    assert stuck.dropped == stuck.dropped_large == 200 - frames_in
+    assert stuck.accepted == frames_in + 300
+    final = recorder.close()
+    assert final.state is RecorderState.STOPPED and final.written == final.accepted
+    messages = read(list(final.files))
+    sequences = sorted({m.sequence for m in messages if m.topic != channels.RECORDER_TOPIC})
+    assert len(sequences) == final.accepted
+    assert sequences[-1] - sequences[0] + 1 - len(sequences) == final.dropped
+    assert [values(m.msg) for m in messages if m.topic == channels.RECORDER_TOPIC][-1]["dropped"] == final.dropped
+
+
+def test_a_writer_process_that_dies_stops_recording_with_an_error_and_the_caller_never_sees_it(tmp_path):
+    failed = threading.Event()
+    errors: list[str] = []
+    recorder = Recorder(settings(tmp_path), on_error=lambda m: (errors.append(m), failed.set()))
+    recorder.start()
+    recorder.step_result(0, 1, 1.0, False, False, False)
+    assert recorder.writer_pid is not None
+    os.kill(recorder.writer_pid, signal.SIGKILL)
+    assert failed.wait(30)
+    status = recorder.status()
+    assert status.state is RecorderState.FAILED and errors == [status.error]
+    assert "writer process" in status.error and "the robot keeps running" in status.error
+    for i in range(50):  # no exception, no growth
+        recorder.observation(0, i, ObservationRow(states={"q": np.zeros(2)}), "infer")
+    assert recorder.status().accepted == status.accepted
+    assert recorder.close().state is RecorderState.FAILED
 
 
 class FailingStream(io.RawIOBase):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from harness import ROOT, ros_env
 from mcap.exceptions import McapError
@@ -42,14 +44,16 @@ def recorded(tmp_path_factory) -> tuple[list, Path]:
     return record_scenario(tmp_path_factory.mktemp("rec"))
 
 
-def test_a_recorder_killed_with_sigkill_leaves_a_file_readable_up_to_its_last_complete_chunk(tmp_path):
+def run_child_until_killed(folder: Path, whole_group: bool) -> tuple[Path, int, int]:
+    """Start the recording child, let it sync half the run and queue the rest, SIGKILL it (or its whole group)."""
     child = subprocess.Popen(
-        [sys.executable, str(ROOT / "test" / "record_child.py"), str(tmp_path)],
+        [sys.executable, str(ROOT / "test" / "record_child.py"), str(folder)],
         env=ros_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,  # its own process group: the writer process is in it
     )
     try:
         lines = []
@@ -58,14 +62,37 @@ def test_a_recorder_killed_with_sigkill_leaves_a_file_readable_up_to_its_last_co
             if line.startswith(("MORE", "SYNC FAILED", "Traceback")):
                 break
         assert lines[-1] == "MORE", lines
-        child.send_signal(signal.SIGKILL)
+        if whole_group:
+            os.killpg(child.pid, signal.SIGKILL)
+        else:
+            child.send_signal(signal.SIGKILL)
     finally:
         child.kill()
         child.wait(30)
     assert child.returncode == -signal.SIGKILL
-    path = Path(lines[0].split(" ", 1)[1])
-    synced = int(lines[1].split()[1])
+    return Path(lines[0].split(" ", 1)[1]), int(lines[1].split()[1]), int(lines[2].split()[1])
 
+
+def wait_gone(pid: int) -> None:
+    """Wait for a process that is not our child to end (psutil: no exit code for a non-child)."""
+    try:
+        psutil.Process(pid).wait(60)
+    except psutil.NoSuchProcess:
+        pass  # already gone
+
+
+def test_a_bridge_killed_with_sigkill_still_gets_its_file_finished_by_the_writer_process(tmp_path):
+    path, writer_pid, synced = run_child_until_killed(tmp_path, whole_group=False)
+    wait_gone(writer_pid)  # its input ended: it finishes the file and exits
+    reader = RecordingReader(path)
+    sequences = {m.sequence for m in reader if m.topic != channels.RECORDER_TOPIC}
+    assert reader.complete and not reader.problem
+    assert set(range(1, synced + 1)) <= sequences
+
+
+def test_a_writer_killed_with_sigkill_leaves_a_file_readable_up_to_its_last_complete_chunk(tmp_path):
+    path, writer_pid, synced = run_child_until_killed(tmp_path, whole_group=True)
+    wait_gone(writer_pid)
     reader = RecordingReader(path)
     sequences = {m.sequence for m in reader if m.topic != channels.RECORDER_TOPIC}
     assert not reader.complete and "ends early" in reader.problem

@@ -137,7 +137,7 @@ def image_message(image: np.ndarray, t_ns: int, name: str, encode: ImageEncoder)
 
 
 def messages(kind: Kind, env: int, t_ns: int, payload: Any, encode: ImageEncoder) -> list[Message]:
-    """The channel messages one recorder call becomes (runs on the writer thread)."""
+    """The channel messages one recorder call becomes (runs where the file is written)."""
     if kind is Kind.OBSERVATION:
         sent_in, row = payload
         out: list[Message] = []

@@ -90,6 +90,11 @@ class DropQueue(Generic[T]):
             self._bytes -= size
             assert self._bytes >= 0
 
+    def wake(self) -> None:
+        """Make a waiting :meth:`take_all` return now (with whatever is queued, perhaps nothing)."""
+        with self._cond:
+            self._cond.notify_all()
+
     def close(self) -> None:
         """No more puts (they count as dropped); the consumer drains what is queued, then gets None."""
         with self._cond:

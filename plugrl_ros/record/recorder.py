@@ -1,12 +1,16 @@
-"""The recorder: a small typed API the control thread calls, and a writer thread that makes MCAP of it.
+"""The recorder: a small typed API the control thread calls, and a writer process that makes MCAP of it.
 
 It observes and never steers. Every call only puts a reference on a
-bounded queue (:class:`DropQueue`) and returns; converting to ROS messages,
-compressing and writing happen on the writer thread. When the writer falls
-behind, calls are dropped and counted; when writing fails (a full disk, a
-removed drive) recording stops with an error state that the node shows on
-/diagnostics and in its log: nothing here ever raises into the caller after
-:meth:`Recorder.start`.
+bounded queue (:class:`DropQueue`) and returns. A forwarding thread
+serializes what is queued to a writer process
+(:mod:`plugrl_ros.record.writer_process`), which converts to ROS messages,
+compresses and writes: the heavy, pure-Python MCAP work never competes with
+the control loop for this interpreter. When the writer falls behind, calls
+are dropped and counted; when writing fails (a full disk, a removed drive)
+recording stops with an error state that the node shows on /diagnostics
+and in its log: nothing here ever raises into the caller after
+:meth:`Recorder.start`. Given an ``opener``, the writing happens on a thread
+of this process instead (tests and tools inject streams that way).
 
 Arrays handed to a call are kept by reference until written: the caller
 must not modify them in place afterwards (the bridge never does: every
@@ -16,9 +20,11 @@ observation, chunk and command is a fresh array).
 from __future__ import annotations
 
 import datetime
-import io
 import itertools
 import json
+import select
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,20 +34,16 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 import numpy as np
-from mcap.records import Schema
-from mcap.writer import CompressionType
-from mcap_ros2.writer import Writer as Ros2Writer
 
 from plugrl_ros.protocol.messages import ObservationRow
-from plugrl_ros.record import channels, schemas
+from plugrl_ros.record import channels, schemas, writer_process
 from plugrl_ros.record.channels import Kind
 from plugrl_ros.record.drop_queue import DropQueue
 from plugrl_ros.record.settings import RecordSettings
+from plugrl_ros.record.writer import Opener, RunWriter
 
-Opener = Callable[[Path], IO[bytes]]
-
-_COMPRESSION = {"none": CompressionType.NONE, "lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD}
 _SMALL = 256  # bytes a call's Python objects weigh beyond its arrays (a rough, conservative figure)
+_START_TIMEOUT_S = 60.0
 
 
 class RecordError(Exception):
@@ -69,65 +71,6 @@ class RecorderStatus:
     files: tuple[Path, ...]
 
 
-def _exclusive_open(path: Path) -> IO[bytes]:
-    return open(path, "xb")  # never overwrite a recording
-
-
-def _image_encoder(settings: RecordSettings) -> channels.ImageEncoder:
-    if settings.image_format == "raw":
-        return None
-    import cv2  # checked at configuration time; only needed when compressing
-
-    ext = ".jpg" if settings.image_format == "jpeg" else ".png"
-    params = [cv2.IMWRITE_JPEG_QUALITY, settings.jpeg_quality] if ext == ".jpg" else []
-
-    def encode(image: np.ndarray) -> tuple[str, bytes]:
-        channels_in = image.shape[2]
-        if channels_in == 1:
-            source, fmt = image, f"mono8; {settings.image_format} compressed mono8"
-        else:  # OpenCV writes BGR; image_transport's format string says both orders
-            code = cv2.COLOR_RGB2BGR if channels_in == 3 else cv2.COLOR_RGBA2BGRA
-            source = cv2.cvtColor(image, code)
-            fmt = f"{'rgb8' if channels_in == 3 else 'rgba8'}; {settings.image_format} compressed bgr8"
-        ok, data = cv2.imencode(ext, source, params)
-        if not ok:
-            raise RuntimeError(f"OpenCV could not encode a {image.shape} image as {settings.image_format}")
-        return fmt, data.tobytes()
-
-    return encode
-
-
-class _McapFile:
-    """One open MCAP file: its ROS 2 writer, the schemas registered in it, the time span it covers."""
-
-    def __init__(self, path: Path, stream: IO[bytes], settings: RecordSettings) -> None:
-        self.path = path
-        # Buffer a raw stream here rather than let mcap wrap it out of our reach: flushes must reach it.
-        self.stream: IO[bytes] = io.BufferedWriter(stream) if isinstance(stream, io.RawIOBase) else stream
-        self.writer = Ros2Writer(
-            self.stream, chunk_size=settings.chunk_bytes, compression=_COMPRESSION[settings.compression]
-        )
-        self.schemas: dict[str, Schema] = {}
-        self.first_t: int | None = None
-
-    def write(self, topic: str, schema_name: str, body: dict, t_ns: int, sequence: int) -> None:
-        schema = self.schemas.get(schema_name)
-        if schema is None:
-            schema = self.schemas[schema_name] = self.writer.register_msgdef(
-                schema_name, schemas.definition(schema_name)
-            )
-        self.writer.write_message(topic, schema, body, log_time=t_ns, publish_time=t_ns, sequence=sequence)
-
-    def close_chunk(self) -> None:
-        """Close the chunk in progress and hand it to the OS: from now on a killed process keeps it."""
-        # mcap-ros2-support's Writer has no flush of its own; its McapWriter (``_writer``) does.
-        self.writer._writer.flush()
-
-    def finish(self) -> None:
-        self.writer.finish()
-        self.stream.close()
-
-
 class Recorder:
     """Record one run into ``settings.path``; every method but :meth:`start` and :meth:`close` never blocks.
 
@@ -139,31 +82,27 @@ class Recorder:
     def __init__(
         self,
         settings: RecordSettings,
-        opener: Opener = _exclusive_open,
         on_error: Callable[[str], None] | None = None,
         wall_clock: Callable[[], float] = time.time,
+        opener: Opener | None = None,
     ) -> None:
         assert settings.path is not None, "a Recorder needs record.path"
         self.settings = settings
-        self._opener = opener
         self._on_error = on_error
         self._wall_clock = wall_clock
+        self._opener = opener  # None: write in a writer process
         # (kind, env, t_ns, payload); the queue numbers every call, dropped or not: the MCAP sequence
         self._queue: DropQueue[tuple[Kind, int, int, Any]] = DropQueue(settings.queue_bytes)
         self._state = RecorderState.OFF
         self._error = ""
         self._written = 0
         self._files: list[Path] = []
-        self._stem = ""
-        self._file: _McapFile | None = None
-        self._config: tuple[int, int, str] | None = None  # (t_ns, seq, JSON): repeated at the top of every file
-        self._last_t = 0
-        self._reported_dropped = 0
         self._durable = 0  # calls written whose chunk has reached the OS
         self._sync_wanted = False
         self._synced = threading.Condition()
-        self._encode: channels.ImageEncoder = None
-        self._thread = threading.Thread(target=self._run, name="plugrl-recorder", daemon=True)
+        self._writer: RunWriter | None = None  # in this process
+        self._child: subprocess.Popen | None = None  # or in a writer process
+        self._threads: list[threading.Thread] = []
 
     # -- lifecycle (startup / shutdown: these may block and raise) -----------
 
@@ -181,27 +120,67 @@ class Recorder:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise RecordError(f"record.path: cannot create the folder {folder}: {exc.strerror}") from None
-        self._encode = _image_encoder(self.settings)
         started = datetime.datetime.fromtimestamp(self._wall_clock(), tz=datetime.timezone.utc)
-        self._stem = "plugrl_" + started.strftime("%Y_%m_%d-%H_%M_%S")
-        for attempt in itertools.count():
-            stem = self._stem if attempt == 0 else f"{self._stem}-{attempt}"
+        base = "plugrl_" + started.strftime("%Y_%m_%d-%H_%M_%S")
+        stem = base
+        for attempt in itertools.count(1):
             if not any(folder.glob(f"{stem}_*.mcap")):
-                self._stem = stem
                 break
-        try:
-            self._file = self._open(0)
-        except OSError as exc:
-            raise RecordError(f"record.path: cannot write a recording in {folder}: {exc.strerror or exc}") from None
+            stem = f"{base}-{attempt}"
+        if self._opener is not None:
+            first = self._start_thread(stem)
+        else:
+            first = self._start_process(stem)
         self._state = RecorderState.RECORDING
-        self._thread.start()
-        return self._file.path
+        for thread in self._threads:
+            thread.start()
+        return first
+
+    def _start_thread(self, stem: str) -> Path:
+        assert self._opener is not None
+        self._writer = RunWriter(self.settings, stem, self._opener, on_open=self._files.append)
+        try:
+            first = self._writer.open_first()
+        except OSError as exc:
+            raise RecordError(f"record.path: cannot write a recording in {self.settings.path}: {exc}") from None
+        self._threads = [threading.Thread(target=self._write_here, name="plugrl-recorder", daemon=True)]
+        return first
+
+    def _start_process(self, stem: str) -> Path:
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", writer_process.__name__, writer_process.settings_to_json(self.settings), stem],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            # its own tracebacks, if any, go where the bridge's own output goes
+        )
+        assert self._child.stdout is not None
+        ready, _, _ = select.select([self._child.stdout], [], [], _START_TIMEOUT_S)
+        line = self._child.stdout.readline() if ready else b""
+        event = json.loads(line) if line else {"failed": "the writer process did not start"}
+        if "file" not in event:
+            self._child.kill()
+            self._child.wait()
+            raise RecordError(f"record.path: cannot write a recording in {self.settings.path}: {event['failed']}")
+        self._files.append(Path(event["file"]))
+        self._threads = [
+            threading.Thread(target=self._forward, name="plugrl-recorder", daemon=True),
+            threading.Thread(target=self._listen, name="plugrl-recorder-reports", daemon=True),
+        ]
+        return self._files[0]
 
     def close(self, timeout_s: float = 10.0) -> RecorderStatus:
         """Write what is queued, finish the file (its summary makes it seekable), and stop."""
         self._queue.close()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout_s)
+        if self._child is not None and self._child.poll() is None:
+            try:
+                self._child.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self._child.kill()
+                self._child.wait()
+                self._fail(f"the writer process did not finish within {timeout_s:g} s and was killed")
         return self.status()
 
     def sync(self, timeout_s: float) -> bool:
@@ -213,12 +192,19 @@ class Recorder:
         target = self._queue.counts().accepted
         with self._synced:
             self._sync_wanted = True
+        self._queue.wake()
+        with self._synced:
             return (
                 self._synced.wait_for(
                     lambda: self._durable >= target or self._state is not RecorderState.RECORDING, timeout_s
                 )
                 and self._durable >= target
             )
+
+    @property
+    def writer_pid(self) -> int | None:
+        """The writer process's id (None when writing in this process)."""
+        return self._child.pid if self._child is not None else None
 
     def status(self) -> RecorderStatus:
         counts = self._queue.counts()
@@ -303,16 +289,11 @@ class Recorder:
         if self._state is RecorderState.RECORDING:
             self._queue.put((kind, env, t_ns, payload), size)
 
-    # -- the writer thread ---------------------------------------------------
+    # -- writing here (a thread) --------------------------------------------
 
-    def _open(self, part: int) -> _McapFile:
-        assert self.settings.path is not None
-        path = self.settings.path / f"{self._stem}_{part}.mcap"
-        stream = self._opener(path)
-        self._files.append(path)
-        return _McapFile(path, stream, self.settings)
-
-    def _run(self) -> None:
+    def _write_here(self) -> None:
+        writer = self._writer
+        assert writer is not None
         last_chunk_close = time.monotonic()
         try:
             while True:
@@ -321,94 +302,117 @@ class Recorder:
                     break
                 for seq, (kind, env, t_ns, payload), size in batch:
                     try:
-                        self._write(kind, env, t_ns, seq, payload)
+                        writer.write(kind, env, t_ns, seq, payload)
                     finally:
                         self._queue.release(size)
-                self._report_drops(final=False)
-                assert self._file is not None
+                self._written = writer.written
+                counts = self._queue.counts()
+                writer.counts(counts.accepted, counts.dropped, counts.dropped_large)
+                writer.report_drops(final=False)
                 now = time.monotonic()
                 if self._sync_wanted or now - last_chunk_close >= self.settings.flush_interval_s:
-                    self._file.close_chunk()
+                    writer.close_chunk()
                     last_chunk_close = now
-                    with self._synced:
-                        self._durable = self._written
-                        self._sync_wanted = False
-                        self._synced.notify_all()
+                    self._set_durable(writer.written)
                 else:
-                    self._file.stream.flush()  # chunks the writer closed by size reach the OS now
-            self._report_drops(final=True)
-            assert self._file is not None
-            self._file.finish()
+                    writer.flush()  # chunks the writer closed by size reach the OS now
+            counts = self._queue.counts()
+            writer.counts(counts.accepted, counts.dropped, counts.dropped_large)
+            writer.finish()
+            self._written = writer.written
             self._state = RecorderState.STOPPED
         except Exception as exc:  # the writer's boundary: whatever went wrong stops recording, never the robot
-            self._fail(exc)
+            self._fail(writer.failure(exc))
+        self._set_durable(writer.written)
+
+    # -- writing in a writer process ---------------------------------------------
+
+    def _forward(self) -> None:
+        """Hand each queued call to the writer process (blocking here, on a full pipe, is the point)."""
+        child = self._child
+        assert child is not None and child.stdin is not None
+        pipe = child.stdin
+        try:
+            while True:
+                batch = self._queue.take_all(self.settings.flush_interval_s)
+                if batch is None:
+                    break
+                for seq, (kind, env, t_ns, payload), size in batch:
+                    try:
+                        wire = writer_process.to_wire(kind, payload)
+                        pipe.write(writer_process.frame([writer_process.ITEM, seq, kind.value, env, t_ns, wire]))
+                    finally:
+                        self._queue.release(size)
+                self._send_counts(pipe)
+                if self._sync_wanted:  # until sync() has what it waits for
+                    pipe.write(writer_process.frame([writer_process.SYNC]))
+                pipe.flush()
+            self._send_counts(pipe)
+            pipe.close()  # the end of the run: the writer process finishes the file
+        except (OSError, ValueError) as exc:  # the writer process is gone (a broken pipe): it says why, or _listen does
+            self._discard_queue()
+            if self._state is RecorderState.RECORDING:
+                self._fail(f"recording stopped: the writer process stopped reading ({exc}); the robot keeps running")
+
+    def _send_counts(self, pipe: IO[bytes]) -> None:
+        counts = self._queue.counts()
+        pipe.write(
+            writer_process.frame([writer_process.BATCH_END, counts.accepted, counts.dropped, counts.dropped_large])
+        )
+
+    def _listen(self) -> None:
+        """Follow the writer process's reports until it exits."""
+        child = self._child
+        assert child is not None and child.stdout is not None
+        stopped = False
+        for line in child.stdout:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                self._fail(f"recording stopped: the writer process said something unexpected: {line[:200]!r}")
+                break
+            if "file" in event:
+                self._files.append(Path(event["file"]))
+            if "written" in event:
+                self._written = event["written"]
+            if "durable" in event:
+                self._set_durable(event["durable"])
+            if "failed" in event:
+                self._fail(event["failed"])
+            if event.get("stopped"):
+                stopped = True
+        code = child.wait()
+        if stopped and self._state is RecorderState.RECORDING:
+            self._state = RecorderState.STOPPED
+        elif self._state is RecorderState.RECORDING:
+            self._fail(
+                f"recording stopped: the writer process exited unexpectedly (code {code}); the robot keeps running"
+            )
+        self._set_durable(self._durable)
+
+    # -- shared ----------------------------------------------------------------
+
+    def _set_durable(self, count: int) -> None:
         with self._synced:
-            self._durable = self._written
+            self._durable = count
             self._synced.notify_all()
 
-    def _write(self, kind: Kind, env: int, t_ns: int, seq: int, payload: Any) -> None:
-        assert self._file is not None
-        if kind is Kind.CONFIG:
-            self._config = (t_ns, seq, payload)
-        elif self._rotation_due(t_ns):
-            self._rotate()
-        if self._file.first_t is None and kind is not Kind.CONFIG:
-            self._file.first_t = t_ns
-        self._last_t = max(self._last_t, t_ns)
-        for topic, schema_name, body in channels.messages(kind, env, t_ns, payload, self._encode):
-            self._file.write(topic, schema_name, body, t_ns, seq % (1 << 32))
-        self._written += 1
-
-    def _rotation_due(self, t_ns: int) -> bool:
-        file = self._file
-        assert file is not None
-        if file.first_t is None:
-            return False
-        max_bytes, max_s = self.settings.max_file_bytes, self.settings.max_file_duration_s
-        if max_bytes is not None and file.stream.tell() >= max_bytes:
-            return True
-        return max_s is not None and t_ns - file.first_t >= max_s * 1e9
-
-    def _rotate(self) -> None:
-        assert self._file is not None
-        self._report_drops(final=True)
-        self._file.finish()
-        self._file = self._open(len(self._files))
-        if self._config is not None:  # every file says how the run was configured
-            t_ns, seq, text = self._config
-            for topic, schema_name, body in channels.messages(Kind.CONFIG, -1, t_ns, text, None):
-                self._file.write(topic, schema_name, body, t_ns, seq)
-
-    def _report_drops(self, final: bool) -> None:
-        """Put the recorder's own counts in the file: when drops grew, and before a file is finished."""
-        counts = self._queue.counts()
-        if not final and counts.dropped == self._reported_dropped:
-            return
-        self._reported_dropped = counts.dropped
-        level = channels.WARN if counts.dropped else channels.OK
-        values = {"accepted": counts.accepted, "dropped": counts.dropped, "dropped_large": counts.dropped_large}
-        message = f"{counts.dropped} call(s) dropped: the writer fell behind" if counts.dropped else "ok"
-        assert self._file is not None
-        for topic, schema_name, body in channels.messages(
-            Kind.RECORDER, -1, self._last_t, (level, message, values), None
-        ):
-            self._file.write(topic, schema_name, body, self._last_t, 0)
-
-    def _fail(self, exc: Exception) -> None:
-        where = f" ({self._file.path})" if self._file is not None else ""
-        detail = f"{type(exc).__name__}: {exc}" if not isinstance(exc, OSError) else str(exc)
-        message = f"recording stopped: {detail}{where}; the robot keeps running"
-        if self._file is not None:
-            try:
-                self._file.stream.close()
-            except OSError as close_exc:  # a full disk fails the final flush too: say so, keep the first cause
-                message += f" (closing the file also failed: {close_exc})"
-        self._error = message
-        self._state = RecorderState.FAILED
-        # Nothing more will be written: let go of what is queued (and of anything put meanwhile).
+    def _discard_queue(self) -> None:
+        """Nothing more will be written: let go of what is queued (and of anything put meanwhile)."""
         self._queue.close()
         while (batch := self._queue.take_all(0.0)) is not None:
             for _, _, size in batch:
                 self._queue.release(size)
+
+    def _fail(self, message: str) -> None:
+        if self._state is RecorderState.FAILED:
+            return
+        self._error = message
+        self._state = RecorderState.FAILED
+        self._discard_queue()
+        if self._child is not None and self._child.poll() is None:
+            self._child.kill()  # it failed (and said so) or stopped reading: nothing more will reach the file
         if self._on_error is not None:
             self._on_error(message)
+        with self._synced:
+            self._synced.notify_all()
