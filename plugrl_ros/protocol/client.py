@@ -5,8 +5,10 @@ It knows nothing of the protocol's message rules; those live in
 consumes this client's events. What belongs here is the transport as
 docs/protocol.md describes it: no compression, no frame size cap, no keepalive ping
 that could drop a healthy connection while the trainer is busy learning, the
-optional API key header, TLS, and what each kind of close means for
-reconnecting. Every connection gets an ``epoch``; a message queued for an
+optional API key header, TLS, what each kind of close means for
+reconnecting, and noticing a link that died silently: an answer that does not
+come within its bound, and TCP keepalive / ``TCP_USER_TIMEOUT`` where the
+platform has them. Every connection gets an ``epoch``; a message queued for an
 earlier epoch is dropped rather than sent, which is what keeps a feedback
 from ever reaching a connection that did not send its action.
 """
@@ -19,6 +21,7 @@ import ipaddress
 import logging
 import os
 import random
+import socket
 import ssl
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -72,6 +75,15 @@ class ClientSettings:
     # how long a close waits for the trainer's close frame: a stalled link must not delay a shutdown
     close_timeout_s: float = 1.0
     max_frame_bytes: int | None = None  # the protocol allows frames of any size; a cap is the operator's choice
+    # Dead-link bounds (0 = none). A silent partition or a half-open TCP connection (Wi-Fi roaming,
+    # a NAT timeout) never closes by itself, and the protocol has no pings: the only sign is an
+    # answer that does not come. The first answer on a connection (metadata, then the first
+    # action) may be slow for good reasons (a model compiling), so it has a bound of its own.
+    first_answer_timeout_s: float = 0.0
+    answer_timeout_s: float = 0.0
+    # TCP-level: keepalive probes and TCP_USER_TIMEOUT, so the kernel itself gives up on a
+    # peer that stopped acknowledging (0 = the operating system's defaults, often 2 hours).
+    tcp_timeout_s: float = 0.0
 
     def access_problem(self, environ: Mapping[str, str]) -> tuple[str, str, str] | None:
         """What would make every connection fail before it is tried: ``(setting, value, why)``, or None.
@@ -200,6 +212,10 @@ class TrainerClient:
         self._abort_detail: str | None = None
         self._abort_code = CLOSE_PROTOCOL_ERROR
         self._fatal_detail: str | None = None
+        self._writer: asyncio.Future | None = None
+        self._overdue: asyncio.TimerHandle | None = None
+        self._dead_detail: str | None = None
+        self._answers = 0  # frames received on the current connection
         self.frames_sent = 0
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -258,9 +274,14 @@ class TrainerClient:
             self._epoch += 1
             self._ws = ws
             self._abort_detail = None
+            self._dead_detail = None
+            self._answers = 0
             self._queue = asyncio.Queue()
+            set_tcp_timeout(ws, self._settings.tcp_timeout_s)
             self._emit(Connected(self._epoch, self._settings.uri))
+            self._await_answer()  # the trainer speaks first: its metadata is the first answer
             kind, detail, progressed = await self._serve(ws)
+            self._answer_came()
             self._ws = None
             self._emit(Disconnected(self._epoch, kind, detail))
             if kind is CloseKind.FATAL:
@@ -292,8 +313,35 @@ class TrainerClient:
     def fatal_detail(self) -> str | None:
         return self._fatal_detail
 
+    # -- dead-link detection ------------------------------------------------
+
+    def _await_answer(self) -> None:
+        """Start the clock on the answer we now wait for; when it runs out the link is dead."""
+        first = self._answers < 2  # metadata and the first action: a model may be compiling
+        bound = self._settings.first_answer_timeout_s if first else self._settings.answer_timeout_s
+        if bound <= 0:
+            return
+        self._answer_came()
+        self._overdue = asyncio.get_running_loop().call_later(bound, self._answer_overdue, self._epoch, bound, first)
+
+    def _answer_came(self) -> None:
+        if self._overdue is not None:
+            self._overdue.cancel()
+            self._overdue = None
+
+    def _answer_overdue(self, epoch: int, bound: float, first: bool) -> None:
+        self._overdue = None
+        if epoch != self._epoch or self._ws is None or self._dead_detail is not None:
+            return
+        which = "first_answer_timeout_s" if first else "answer_timeout_s"
+        self._dead_detail = f"no answer from the trainer within {bound:g} s (trainer.{which}): the link is dead"
+        # the writer may be stuck in a send on a link that takes nothing more: cancel it, not queue behind it
+        if self._writer is not None:
+            self._writer.cancel()
+
     async def _serve(self, ws: ClientConnection) -> tuple[CloseKind, str, bool]:
         writer = asyncio.ensure_future(self._write(ws))
+        self._writer = writer
         frames = 0
         try:
             while True:
@@ -318,6 +366,8 @@ class TrainerClient:
                     await ws.close(CLOSE_UNSUPPORTED_DATA, "text frame")
                     return CloseKind.FATAL, f"the trainer sent a text frame: {frame[:200]!r}", frames > 1
                 frames += 1
+                self._answers += 1
+                self._answer_came()
                 self.bytes_received += len(frame)
                 self._emit(FrameReceived(self._epoch, frame))
         finally:
@@ -330,6 +380,10 @@ class TrainerClient:
         self, ws: ClientConnection, writer: asyncio.Future, frames: int
     ) -> tuple[CloseKind, str, bool]:
         exc = writer.exception() if not writer.cancelled() else None
+        if self._dead_detail is not None and not self._stopping.is_set():
+            # the close frame will likely never arrive; close_timeout bounds the wait, then TCP is dropped
+            await ws.close(CLOSE_NORMAL, "no answer")
+            return CloseKind.LOST, self._dead_detail, frames > 1
         if self._stopping.is_set():
             await ws.close(CLOSE_NORMAL)
             return CloseKind.CLIENT, "stopped", frames > 1
@@ -355,6 +409,8 @@ class TrainerClient:
             await ws.send(data)
             self.frames_sent += 1
             self.bytes_sent += len(data)
+            if outgoing.kind == "infer":
+                self._await_answer()
 
     async def _sleep(self, delay: float) -> None:
         try:
@@ -385,6 +441,32 @@ def connect_options(s: ClientSettings) -> dict[str, Any]:
     if s.uri.startswith("wss://"):
         options["ssl"] = ssl.create_default_context(cafile=s.ca_file or None)
     return options
+
+
+def set_tcp_timeout(ws: ClientConnection, timeout_s: float) -> None:
+    """Make the kernel give up on a peer that stops acknowledging within about ``timeout_s``.
+
+    Keepalive probes find a dead peer while nothing is being sent (idle after
+    a third of the bound, then three probes); ``TCP_USER_TIMEOUT`` bounds how
+    long sent data may stay unacknowledged. Options the platform lacks are skipped.
+    """
+    if timeout_s <= 0:
+        return
+    sock = ws.transport.get_extra_info("socket")
+    if sock is None:
+        return
+    idle = max(1, int(timeout_s / 3))
+    interval = max(1, int(timeout_s / 6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", idle),
+        ("TCP_KEEPINTVL", interval),
+        ("TCP_KEEPCNT", 3),
+        ("TCP_USER_TIMEOUT", int(timeout_s * 1000)),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 def close_frame(ws: ClientConnection) -> tuple[int | None, str | None]:

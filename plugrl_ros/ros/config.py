@@ -205,6 +205,9 @@ def load_config(flat: Mapping[str, Any], used: dict[str, Any] | None = None) -> 
         reconnect_max_s=trainer.float("reconnect_max_s"),
         open_timeout_s=trainer.float("open_timeout_s"),
         max_frame_bytes=_frame_cap(trainer),
+        first_answer_timeout_s=trainer.float("first_answer_timeout_s"),
+        answer_timeout_s=trainer.float("answer_timeout_s"),
+        tcp_timeout_s=trainer.float("tcp_timeout_s"),
     )
     if client.reconnect_max_s < client.reconnect_initial_s:
         raise ConfigError(trainer.key("reconnect_max_s"), client.reconnect_max_s, "must be >= reconnect_initial_s")

@@ -101,6 +101,27 @@ SPECS: tuple[Spec, ...] = (
     Spec("trainer.reconnect_initial_s", "float", 0.5, "first reconnect delay (doubling, jittered)", positive=True),
     Spec("trainer.reconnect_max_s", "float", 10.0, "longest reconnect delay", positive=True),
     Spec("trainer.open_timeout_s", "float", 10.0, "one connection attempt's timeout", positive=True),
+    Spec(
+        "trainer.first_answer_timeout_s",
+        "float",
+        300.0,
+        "the link is dead if a connection's metadata or first action takes longer (0 = no bound)",
+        minimum=0.0,
+    ),
+    Spec(
+        "trainer.answer_timeout_s",
+        "float",
+        30.0,
+        "after that, the link is dead if an action takes longer than this after its infer (0 = no bound)",
+        minimum=0.0,
+    ),
+    Spec(
+        "trainer.tcp_timeout_s",
+        "float",
+        20.0,
+        "TCP keepalive and TCP_USER_TIMEOUT: the kernel drops a peer silent this long (0 = OS defaults)",
+        minimum=0.0,
+    ),
     Spec("trainer.max_frame_mb", "float", 0.0, "refuse larger trainer frames (0 = any size)", minimum=0.0),
     Spec("trainer.use_reuse", "bool", True, "use the trainer's reuse-feedback-obs feature when offered"),
     Spec(

@@ -34,6 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--wait-for-next-run", action="store_true", help="after a stop, wait for the next run")
     parser.add_argument("--api-key-env", default="", help="name of the environment variable holding the API key")
     parser.add_argument("--ca-file", default="", help="CA bundle to verify a wss:// trainer")
+    parser.add_argument(
+        "--first-answer-timeout", type=float, default=300.0, help="dead link: seconds for a first answer (0 = none)"
+    )
+    parser.add_argument(
+        "--answer-timeout", type=float, default=30.0, help="dead link: seconds for an answer (0 = none)"
+    )
+    parser.add_argument(
+        "--tcp-timeout", type=float, default=20.0, help="TCP keepalive/user timeout, s (0 = OS default)"
+    )
     parser.add_argument("--quiet", action="store_true", help="only warnings and errors")
     return parser
 
@@ -53,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         api_key_env=args.api_key_env,
         ca_file=args.ca_file,
         wait_for_next_run=args.wait_for_next_run,
+        first_answer_timeout_s=args.first_answer_timeout,
+        answer_timeout_s=args.answer_timeout,
+        tcp_timeout_s=args.tcp_timeout,
     )
     problem = client.access_problem(os.environ)
     if problem is not None:
