@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from websockets.asyncio.server import serve
 
 from plugrl_ros.protocol.client import ClientSettings, CloseKind, Connected, Disconnected, FrameReceived, TrainerClient
 from plugrl_ros.protocol.connection import Outgoing
+
+pytestmark = pytest.mark.websockets
 
 
 def infer() -> Outgoing:

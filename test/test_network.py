@@ -20,7 +20,7 @@ from netem import NetnsLink, Relay, netns_unavailable
 
 from plugrl_ros.tools.test_trainer import REWARD_SUM, TERMINAL_OBSERVATION, TIME_MAJOR, TrainerSettings
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.network]
+pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.network, pytest.mark.websockets_incidental]
 
 DEAD_LINK = "no answer from the trainer within"
 ANSWER_TIMEOUT_S = 3.0
