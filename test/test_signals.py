@@ -24,7 +24,7 @@ from trainer_fixture import ScriptedTrainer
 
 from plugrl_ros.tools.test_trainer import TrainerSettings
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow]
 __all__ = ["robot"]  # the fixture
 
 # seconds between the two SIGINTs: at once, while the first one's shutdown runs, after it
