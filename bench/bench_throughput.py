@@ -49,24 +49,14 @@ def client_children(kind: str, uri: str, n: int, reuse: bool) -> list[list[str]]
     if kind == "headless":
         args = ["--headless", "--server", uri, "--envs", str(n), "--quiet"] + ([] if reuse else ["--no-reuse"])
         return [common.python_module("plugrl_ros.tools.probe", *args)]
-    import argparse as _argparse
-
     from plugrl_ros.shipped import shipped_file
+    from plugrl_ros.tools.probe import build_parser
     from plugrl_ros.tools.probe_deployment import bridge_command
 
-    options = _argparse.Namespace(
-        server=uri,
-        no_reuse=not reuse,
-        text_as_list=False,
-        wait_for_next_run=False,
-        api_key_env="",
-        ca_file="",
-        envs=n,
-        mode="lockstep",
-        rate=50.0,
-        replan_steps=0,
-        max_episode_steps=0,
-        quiet=True,
+    # plugrl-probe's own defaults for every option not given here
+    options = build_parser().parse_args(
+        ["--server", uri, "--envs", str(n), "--mode", "lockstep", "--rate", "50", "--quiet"]
+        + ([] if reuse else ["--no-reuse"])
     )
     return [robot, bridge_command(options, str(shipped_file("config", "probe.yaml")), ACTION_DIM)]
 
