@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plugrl_ros.ros.declarations import SPECS, descriptor, find_spec, parameter_value
+from plugrl_ros.ros.declarations import SPECS, descriptor, find_spec, parameter_value, spec_for
 from plugrl_ros.ros.params import ConfigError, nest
 from plugrl_ros.ros.policy_config import POLICY_SPECS, check_policy_environment, load_policy_config
 
@@ -69,11 +69,11 @@ def test_nested_maps_for_policies_that_read_them_and_a_flat_ros_parameter_file()
         ),
         ({"observations": {"state": 3}}, "policy.observations.state", "expected a string"),
         ({"observations": {"a/b": "text", "a": {"b": "states.joints"}}}, "policy.observations.a.b", "given twice"),
-        ({"key_separator": "-"}, "policy.key_separator", "allowed: '/', '.', ''"),
+        ({"key_separator": "-"}, "policy.key_separator", 'allowed: /, ., ""'),
         ({"action_key": ""}, "policy.action_key", "the answer's key"),
         ({"action_horizon": -1}, "policy.action_horizon", "at least 0"),
         ({"action_dim": 2.5}, "policy.action_dim", "expected an integer"),
-        ({"execution": {"mode": "blend"}}, "policy.execution.mode", "'sync', 'switch', 'ensemble', 'crossfade'"),
+        ({"execution": {"mode": "blend"}}, "policy.execution.mode", "allowed: sync, switch, ensemble, crossfade"),
         ({"execution": {"request_ahead_steps": "auto"}}, "policy.execution.request_ahead_steps", "an integer"),
         ({"execution": {"request_ahead_steps": -1}}, "policy.execution.request_ahead_steps", "at least 0"),
         (
@@ -101,7 +101,7 @@ def test_a_mistake_is_refused_naming_the_full_key(overrides, key, allowed):
 def test_the_uri_is_required_and_every_key_read_is_recorded_for_declaration():
     values = section()
     del values["uri"]
-    with pytest.raises(ConfigError, match=r"policy\.uri: got None; this key is required"):
+    with pytest.raises(ConfigError, match=r"policy\.uri: got \(missing\); this key is required"):
         load_policy_config(values, SOURCES)
     used: dict = {}
     load_policy_config(section(execution={"mode": "sync"}), SOURCES, used)
@@ -136,9 +136,9 @@ def test_an_action_dim_narrower_than_the_sinks_read_is_refused():
         config.expectation(min_width=6)
 
 
-def test_the_policy_declarations_do_not_clash_with_the_bridge_s():
-    assert not {spec.key for spec in POLICY_SPECS} & {spec.key for spec in SPECS}
-    assert all(spec.key.startswith("policy.") for spec in POLICY_SPECS)
+def test_the_policy_declarations_are_the_policy_part_of_the_bridge_s_table():
+    assert POLICY_SPECS and set(POLICY_SPECS) == {spec for spec in SPECS if spec.key.startswith("policy.")}
+    assert {spec_for(spec.key) for spec in POLICY_SPECS} == set(POLICY_SPECS)  # no other key's pattern takes one
 
 
 @pytest.mark.ros
@@ -152,3 +152,76 @@ def test_every_policy_key_read_can_be_declared_read_only_on_a_node():
         assert described.read_only and described.name == key
     ranged = descriptor(find_spec("policy.latency.max_s", POLICY_SPECS), "policy.latency.max_s", 5.0)
     assert ranged.floating_point_range[0].from_value == 0.0
+
+
+# The section inside the bridge's configuration: one params file, `mode` chooses trainer or policy server.
+
+ROBOT = {
+    "observations.states.joints.topic": "state",
+    "observations.states.joints.type": "std_msgs/Float64MultiArray",
+    "observations.text.prompt": "pick",
+    "actions.arm.topic": "cmd",
+    "actions.arm.type": "std_msgs/Float64MultiArray",
+    "actions.arm.slice": [0, 3],
+}
+POLICY = {
+    "policy.uri": "ws://gpu:8000",
+    "policy.observations.observation.state": "states.joints",
+    "policy.observations.prompt": "text",
+}
+
+
+@pytest.mark.ros
+def test_deploy_mode_reads_the_policy_section_beside_the_robot_s_and_records_it_for_declaration():
+    from plugrl_ros.ros.config import load_config
+
+    used: dict = {}
+    config = load_config({**ROBOT, **POLICY, "mode": "deploy"}, used)
+    assert config.mode == "deploy" and config.policy.server.uri == "ws://gpu:8000"
+    assert config.policy.layout.build({"states.joints": 1, "text": "pick"}) == {
+        "observation/state": 1,
+        "prompt": "pick",
+    }
+    assert used["mode"] == "deploy" and used["policy.execution.mode"] == "switch"
+    assert all(spec_for(key) is not None for key in used)  # every key read can be declared on the node
+    trained = load_config({**ROBOT, **POLICY})  # train mode: the same file; the section is checked, not run
+    assert trained.mode == "train" and trained.policy == config.policy
+    assert load_config(ROBOT).policy is None
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize(
+    ("extra", "key", "allowed"),
+    [
+        ({"mode": "deploy"}, "policy.uri", "mode is deploy: give the policy section"),
+        ({"mode": "infer", **POLICY}, "mode", "allowed: train, deploy"),
+        ({"mode": "deploy", **POLICY, "control.mode": "lockstep"}, "control.mode", "deploy mode runs on the control"),
+        (
+            {**POLICY, "policy.observations.image": "images.front"},
+            "policy.observations.image",
+            "one of: states.joints, text",
+        ),
+        ({**POLICY, "policy.action_dim": 2}, "policy.action_dim", "the actions' sinks read 3 values per step"),
+        ({**POLICY, "policy.execution.mod": "sync"}, "policy.execution.mod", "did you mean 'mode'?"),
+        ({"policy": 3}, "policy", "expected a map of keys"),
+    ],
+)
+def test_a_deploy_mistake_fails_at_startup_naming_the_full_key(extra, key, allowed):
+    from plugrl_ros.ros.config import load_config
+
+    with pytest.raises(ConfigError) as caught:
+        load_config({**ROBOT, **extra})
+    assert caught.value.key == key
+    assert allowed in str(caught.value)
+
+
+@pytest.mark.ros
+def test_the_node_refuses_deploy_mode_until_it_runs_it_and_checks_the_policy_key_in_train_mode():
+    from plugrl_ros.ros.config import check_environment, load_config
+
+    with pytest.raises(ConfigError, match=r"mode: got 'deploy'; deploy mode is not wired"):
+        check_environment(load_config({**ROBOT, **POLICY, "mode": "deploy"}), {})
+    config = load_config({**ROBOT, **POLICY, "policy.api_key_env": "POLICY_KEY"})
+    with pytest.raises(ConfigError, match=r"policy\.api_key_env: got 'POLICY_KEY'"):
+        check_environment(config, {})
+    check_environment(config, {"POLICY_KEY": "k"})

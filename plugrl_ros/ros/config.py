@@ -17,6 +17,7 @@ from plugrl_ros.protocol.client import ClientSettings
 from plugrl_ros.record.settings import RecordSettings, parse_record_section
 from plugrl_ros.ros.images import make_image_source
 from plugrl_ros.ros.params import ConfigError, Section, nest
+from plugrl_ros.ros.policy_config import PolicyConfig, check_policy_environment, load_policy_config
 from plugrl_ros.ros.sinks import ActionShaper, make_sink
 from plugrl_ros.ros.sources import TextSource, make_state_source, short_type_name
 
@@ -24,6 +25,7 @@ REWARD_TYPES = ("std_msgs/Float32", "std_msgs/Float64")
 RESET_SERVICE_TYPES = ("std_srvs/Trigger", "std_srvs/Empty")
 
 ROOT_KEYS = (
+    "mode",
     "trainer",
     "envs",
     "control",
@@ -35,6 +37,7 @@ ROOT_KEYS = (
     "pause",
     "status",
     "record",
+    "policy",
 )
 # Parameters every ROS node has; they are not the bridge's to validate.
 _ROS_OWNED_PREFIXES = ("use_sim_time", "qos_overrides.", "start_type_description_service", "start_parameter_services")
@@ -147,6 +150,7 @@ class StatusConfig:
 
 @dataclass(frozen=True)
 class BridgeConfig:
+    mode: str  # train (a PlugRL trainer) or deploy (a policy server)
     trainer: ClientSettings
     use_reuse: bool
     text_format: str
@@ -162,6 +166,7 @@ class BridgeConfig:
     pause: PauseConfig
     status: StatusConfig
     record: RecordSettings
+    policy: PolicyConfig | None  # the policy section, if given (always in deploy mode)
 
     @property
     def action_width_needed(self) -> int:
@@ -195,6 +200,7 @@ def load_config(flat: Mapping[str, Any], used: dict[str, Any] | None = None) -> 
             "no bridge parameters arrived: give a params file whose node section ('/**' or 'plugrl_bridge') "
             "holds ros__parameters",
         )
+    mode = root.str("mode")
     trainer = root.section("trainer")
     client = ClientSettings(
         uri=_uri(trainer),
@@ -256,9 +262,13 @@ def load_config(flat: Mapping[str, Any], used: dict[str, Any] | None = None) -> 
         raise ConfigError(
             "record.path", str(record.path), "recording is not wired into the bridge node yet; leave record.path empty"
         )
+    policy = _policy(root, mode, images, states, text)
+    if mode == "deploy" and control.mode != "timer":
+        raise ConfigError("control.mode", control.mode, "deploy mode runs on the control timer: timer")
     root.finish()
 
     config = BridgeConfig(
+        mode=mode,
         trainer=client,
         use_reuse=use_reuse,
         text_format=text_format,
@@ -274,13 +284,22 @@ def load_config(flat: Mapping[str, Any], used: dict[str, Any] | None = None) -> 
         pause=pause,
         status=status,
         record=record,
+        policy=policy,
     )
+    if policy is not None:
+        policy.expectation(min_width=config.action_width_needed)  # a too narrow policy.action_dim fails here
     _check_shared_topics(config)
     return config
 
 
 def check_environment(config: BridgeConfig, environ: Mapping[str, str]) -> None:
     """What the configuration names outside itself, checked at startup: the API key's variable, the CA file."""
+    if config.mode == "deploy":
+        # The node runs train mode only until deploy mode is wired into it (which removes this check):
+        # refuse rather than start a bridge that would connect to a trainer the user did not ask for.
+        raise ConfigError("mode", config.mode, "deploy mode is not wired into the bridge node yet; use train")
+    if config.policy is not None:
+        check_policy_environment(config.policy, environ)
     problem = config.trainer.access_problem(environ)
     if problem is None:
         return
@@ -289,6 +308,21 @@ def check_environment(config: BridgeConfig, environ: Mapping[str, str]) -> None:
         why += ": export the key in it before starting the bridge, "
         why += 'or set api_key_env to "" for a trainer that needs no key'
     raise ConfigError(f"trainer.{setting}", value, why)
+
+
+def _policy(
+    root: Section, mode: str, images: tuple[ImageConfig, ...], states: tuple[StateConfig, ...], text: TextConfig
+) -> PolicyConfig | None:
+    """The policy section: required in deploy mode; checked whenever given, so one file serves both modes."""
+    if not root.has("policy"):
+        if mode == "deploy":
+            raise ConfigError("policy.uri", None, "mode is deploy: give the policy section (uri, observations)")
+        return None
+    section = root.section("policy", required=True)
+    sources = {f"images.{image.name}" for image in images} | {f"states.{state.name}" for state in states}
+    if text.prompt or text.source is not None:
+        sources.add("text")
+    return load_policy_config(section.values(), sources, root.used, prefix=section.prefix)
 
 
 def _frame_cap(section: Section) -> int | None:

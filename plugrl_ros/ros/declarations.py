@@ -20,7 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from plugrl_ros.policy.execution import MODES as POLICY_EXECUTION_MODES
+from plugrl_ros.protocol.policy.session import DEFAULT_ACTION_KEY
+
 QOS_CHOICES = ("sensor_data", "best_effort", "reliable")
+BRIDGE_MODES = ("train", "deploy")
+POLICY_KEY_SEPARATORS = ("/", ".", "")
 
 
 class _NoValue:
@@ -93,7 +98,54 @@ def _state(prefix: str) -> list[Spec]:
     ]
 
 
+_POLICY_SOURCE = "the source sent under this key: images.<name>, states.<name> or text"
+
+_POLICY: tuple[Spec, ...] = (
+    Spec("policy.uri", "str", REQUIRED, "policy server address, ws:// or wss://"),
+    Spec("policy.api_key_env", "str", "", "name of the environment variable holding the API key (never the key)"),
+    Spec("policy.ca_file", "str", "", 'CA bundle for a wss:// server ("" = system CAs)'),
+    Spec("policy.reconnect_initial_s", "float", 0.5, "first reconnect delay (doubling, jittered)", positive=True),
+    Spec("policy.reconnect_max_s", "float", 10.0, "longest reconnect delay", positive=True),
+    Spec(
+        "policy.open_timeout_s", "float", 10.0, "one connection attempt's timeout (and the metadata's)", positive=True
+    ),
+    Spec("policy.max_frame_mb", "float", 0.0, "refuse larger answers (0 = any size)", minimum=0.0),
+    Spec("policy.observations.<name>", "str", REQUIRED, _POLICY_SOURCE),
+    Spec("policy.observations.<name>.<part>", "str", REQUIRED, _POLICY_SOURCE),
+    Spec("policy.observations.<name>.<part>.<leaf>", "str", REQUIRED, _POLICY_SOURCE),
+    Spec(
+        "policy.key_separator",
+        "str",
+        "/",
+        'joins nested observation names into one request key ("" = send nested maps)',
+        choices=POLICY_KEY_SEPARATORS,
+    ),
+    Spec("policy.action_key", "str", DEFAULT_ACTION_KEY, "the answer's key holding the actions [H, action_dim]"),
+    Spec("policy.action_horizon", "int", 0, "expected H (0 = as announced, or the first answer's)", minimum=0),
+    Spec("policy.action_dim", "int", 0, "expected action width (0 = as announced, or the first answer's)", minimum=0),
+    Spec("policy.execution.mode", "str", "switch", "how a new chunk takes over", choices=POLICY_EXECUTION_MODES),
+    Spec(
+        "policy.execution.request_ahead_steps",
+        "int",
+        0,
+        "request the next chunk with this many steps left (0 = from the measured latency)",
+        minimum=0,
+    ),
+    Spec("policy.execution.ensemble_rate", "float", 0.01, "ensemble weights exp(-rate * i), i = 0 the oldest"),
+    Spec("policy.execution.crossfade_steps", "int", 5, "ticks a crossfade takes", minimum=1),
+    Spec("policy.latency.initial_s", "float", 0.1, "request latency assumed until one is measured", minimum=0.0),
+    Spec("policy.latency.max_s", "float", 5.0, "a request unanswered this long: reconnect", positive=True),
+)
+
+
 SPECS: tuple[Spec, ...] = (
+    Spec(
+        "mode",
+        "str",
+        "train",
+        "train: a PlugRL trainer drives the robots; deploy: a policy server (the policy section)",
+        choices=BRIDGE_MODES,
+    ),
     Spec("trainer.uri", "str", "ws://localhost:8000", "trainer address, ws:// or wss://"),
     Spec("trainer.api_key_env", "str", "", "name of the environment variable holding the API key (never the key)"),
     Spec("trainer.ca_file", "str", "", 'CA bundle for a wss:// trainer ("" = system CAs)'),
@@ -209,6 +261,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("record.jpeg_quality", "int", 90, "JPEG quality (image_format jpeg)", minimum=1, maximum=100),
     Spec("record.compression", "str", "lz4", "compression of the file's chunks", choices=("none", "lz4", "zstd")),
     Spec("record.flush_interval_s", "float", 1.0, "a killed bridge loses at most this much recording", positive=True),
+    *_POLICY,
 )
 
 

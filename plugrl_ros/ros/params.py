@@ -97,7 +97,7 @@ class Section:
             raise ConfigError(self.key(name), value, "expected a string")
         choices = choices or spec.choices
         if choices and value not in choices:
-            raise ConfigError(self.key(name), value, f"allowed: {', '.join(choices)}")
+            raise ConfigError(self.key(name), value, "allowed: " + ", ".join(c or '""' for c in choices))
         return value
 
     def bool(self, name: str, default: Any = _MISSING) -> bool:
