@@ -10,9 +10,13 @@ from launch import LaunchDescription
 
 def _bridge(context):
     parameters = [LaunchConfiguration("config").perform(context)]
-    server_uri = LaunchConfiguration("server_uri").perform(context)
-    if server_uri:
-        parameters.append({"trainer.uri": server_uri})
+    overrides = {}
+    for argument, key in (("mode", "mode"), ("server_uri", "trainer.uri"), ("policy_uri", "policy.uri")):
+        value = LaunchConfiguration(argument).perform(context)
+        if value:  # "" leaves the params file's value
+            overrides[key] = value
+    if overrides:
+        parameters.append(overrides)
     return [
         Node(
             package="plugrl_ros",
@@ -35,7 +39,13 @@ def generate_launch_description():
                 default_value=PathJoinSubstitution([FindPackageShare("plugrl_ros"), "config", "bridge.yaml"]),
                 description="the bridge's params file",
             ),
+            DeclareLaunchArgument(
+                "mode", default_value="", description="train or deploy; overrides the params file's mode"
+            ),
             DeclareLaunchArgument("server_uri", default_value="", description="trainer URI; overrides trainer.uri"),
+            DeclareLaunchArgument(
+                "policy_uri", default_value="", description="policy server URI (deploy mode); overrides policy.uri"
+            ),
             DeclareLaunchArgument("namespace", default_value="", description="namespace of the bridge node"),
             DeclareLaunchArgument("log_level", default_value="info", description="debug, info, warn, error"),
             OpaqueFunction(function=_bridge),

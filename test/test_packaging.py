@@ -130,7 +130,7 @@ def test_the_demo_plot_is_optional_on_a_robot_and_installed_by_the_pip_requireme
 def test_the_launch_file_starts_the_bridge_executable_with_the_shipped_config():
     source = (ROOT / "launch" / "bridge.launch.py").read_text()
     arguments = launch_arguments(ROOT / "launch" / "bridge.launch.py")
-    assert arguments == {"config", "server_uri", "namespace", "log_level"}
+    assert arguments == {"config", "mode", "server_uri", "policy_uri", "namespace", "log_level"}
     assert 'executable="bridge"' in source and '"bridge.yaml"' in source
     entry_points = (ROOT / "setup.py").read_text()
     assert re.search(r'"bridge = plugrl_ros\.ros\.bridge_main:main"', entry_points)
