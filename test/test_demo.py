@@ -343,6 +343,9 @@ def test_demo_script_runs_learns_and_writes_its_results(tmp_path: Path):
     assert "steps/s" in out and "plugrl-demo summary" in out
     assert "[INFO]" not in out
     assert (output / "logs" / "bridge.log").read_text().count("connected to the trainer") == 1
+    with np.load(output / "policy.npz", allow_pickle=False) as policy:  # what a linear policy server serves
+        assert policy["W"].shape == (2, 8) and policy["b"].shape == (2,) and np.isfinite(policy["W"]).all()
+    assert f"learned policy (W, b of its mean action): {output / 'policy.npz'}" in out
 
 
 def test_demo_launch_file_starts_the_three_executables_with_the_demo_config():

@@ -414,3 +414,47 @@ def test_the_installed_command_runs():
     assert command is not None, "setup.py's console entry is not installed in this venv"
     result = subprocess.run([command, "--help"], capture_output=True, text=True, timeout=TIMEOUT, check=False)
     assert result.returncode == 0 and "--linear" in result.stdout
+
+
+def _trained_learner():
+    """A demo learner with learned-looking weights and a normalisation snapshot (8 states: joints, target)."""
+    from plugrl_ros.demo.policy_gradient import DemoTrainerSettings, PolicyGradient
+
+    rng = np.random.default_rng(3)
+    learner = PolicyGradient(DemoTrainerSettings(seed=3))
+    learner.act(rng.standard_normal((4, 8)))  # fixes the state width
+    learner.weights = rng.standard_normal(learner.weights.shape)
+    learner._norm_mean = rng.standard_normal(8)
+    learner._norm_std = rng.uniform(0.2, 3.0, 8)
+    return learner, rng
+
+
+def test_the_demo_s_learned_policy_is_served_by_the_linear_server_as_the_learner_acts(tmp_path):
+    from plugrl_ros.demo.results import write_policy
+
+    learner, rng = _trained_learner()
+    states = rng.standard_normal((5, 8)) * 2.0
+    actions, _, noise = learner.act(states)
+    mean = actions - learner.std * noise  # what the learner commands, without its exploration noise
+    W, b = learner.linear_policy()
+    np.testing.assert_allclose(states @ W.T + b, mean, rtol=1e-9, atol=1e-9)
+
+    path = write_policy(tmp_path, learner)
+    process, port = _start_command(
+        "--linear", path, "--action-dim", "2", "--horizon", "3", "--stamp-key", "state/joints,state/target"
+    )
+    try:
+        observation = {"state/joints": states[0, :4], "state/target": states[0, 4:], "prompt": "reach"}
+        chunk = asyncio.run(_one_chunk(port, observation))
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=TIMEOUT)
+    np.testing.assert_allclose(chunk.chunk.actions, np.repeat(mean[:1], 3, axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_a_learner_that_saw_no_state_writes_no_policy(tmp_path):
+    from plugrl_ros.demo.policy_gradient import DemoTrainerSettings, PolicyGradient
+    from plugrl_ros.demo.results import write_policy
+
+    assert write_policy(tmp_path, PolicyGradient(DemoTrainerSettings())) is None
+    assert not (tmp_path / "policy.npz").exists()

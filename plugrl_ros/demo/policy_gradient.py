@@ -149,6 +149,19 @@ class PolicyGradient:
         noise = self._rng.standard_normal((len(z), self.settings.action_dim))
         return phi @ self.weights.T + self.std * noise, z, noise
 
+    def linear_policy(self) -> tuple[np.ndarray, np.ndarray]:
+        """The learned policy's mean action as ``W @ states + b`` in raw state units (no noise).
+
+        The normalisation is folded in, so a plain linear policy server
+        (``plugrl-test-policy-server --linear``) can serve it: ``W = W_z / std``
+        and ``b = W_b - W_z @ (mean / std)``, with ``W_z`` the weights of the
+        normalised states and ``W_b`` the bias column.
+        """
+        if self.state_dim is None:
+            raise ValueError("no state has been seen yet: the policy has no input width")
+        w_z, w_b = self.weights[:, :-1], self.weights[:, -1]
+        return w_z / self._norm_std, w_b - w_z @ (self._norm_mean / self._norm_std)
+
     def episode_done(self, chunks: list[Chunk]) -> bool:
         """Take a finished episode's chunks; True if that completed a batch and the policy was updated."""
         if not chunks:

@@ -1,4 +1,4 @@
-"""The demo's results: finished episodes, their summary, and the files a run leaves (plot, JSON, CSV)."""
+"""The demo's results: finished episodes, their summary, the files a run leaves (plot, JSON, CSV, policy)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from plugrl_ros.demo.policy_gradient import PolicyGradient
 
 COMPARED_FRACTION = 0.1  # "first" and "last" in the summary: this share of the episodes each
 # The plot is the demo's only use of matplotlib, so a robot's rosdep install does not pull it in.
@@ -67,6 +69,22 @@ def write_results(output: str | Path, records: Sequence[EpisodeRecord], summary:
         json.dump({**summary, "files": paths}, f, indent=2)
         f.write("\n")
     return paths
+
+
+def write_policy(output: str | Path, learner: PolicyGradient) -> str | None:
+    """Write the learned mean action as ``policy.npz`` (W, b; no pickle); its path, None if nothing was learned.
+
+    The file is what ``plugrl-test-policy-server --linear`` serves; the learner
+    reads the states concatenated in name order, so the server's state key
+    lists them in that order (``--stamp-key state/joints,state/target``).
+    """
+    if learner.state_dim is None:
+        return None
+    W, b = learner.linear_policy()
+    path = Path(output) / "policy.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, W=W, b=b)
+    return str(path)
 
 
 def plot_returns(path: Path, records: Sequence[EpisodeRecord], summary: Mapping[str, Any]) -> bool:

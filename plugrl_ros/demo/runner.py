@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from plugrl_ros import executables, stop_request
-from plugrl_ros.demo.results import NO_PLOT, EpisodeRecord, summarize, write_results
+from plugrl_ros.demo.results import NO_PLOT, EpisodeRecord, summarize, write_policy, write_results
 from plugrl_ros.demo.robot_node import namespace
 from plugrl_ros.demo.trainer import RECENT_EPISODES, DemoTrainer, DemoTrainerSettings, TrainerStats
 from plugrl_ros.shipped import shipped_file
@@ -372,6 +372,9 @@ class DemoRun:
         if self.failure is not None:
             summary["failure"] = self.failure
         paths = write_results(self.output, records, summary)
+        policy = write_policy(self.output, trainer.trainer.learner)  # the trainer has stopped: nothing changes it
+        if policy is not None:
+            paths["policy.npz"] = policy
         self._print_summary(summary, paths)
         return EXIT_OK if self.failure is None else EXIT_FAILED
 
@@ -463,6 +466,8 @@ class DemoRun:
             )
         lines.append(f"  plot: {paths.get('returns.png', NO_PLOT)}")
         lines.append(f"  summary: {paths['summary.json']}; episodes: {paths['episodes.csv']}; logs: {self.logs}/")
+        if "policy.npz" in paths:
+            lines.append(f"  learned policy (W, b of its mean action): {paths['policy.npz']}")
         if summary.get("failure"):
             lines.append(f"  FAILED: {summary['failure']}")
         self._say("\n".join(lines))

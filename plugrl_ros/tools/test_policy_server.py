@@ -18,7 +18,8 @@ which step of which chunk it is and the tick it was computed for.
 With ``--linear weights.npz`` it serves a plain linear policy instead: the
 file holds ``W`` (``[action_dim, state_dim]``) and optionally ``b``
 (``[action_dim]``); every row of the chunk is ``W @ state + b``, ``state``
-read from the stamp key.
+read from the stamp key; a comma-separated stamp key (``state/joints,state/target``)
+concatenates those values in that order, for a policy learned over several states.
 """
 
 from __future__ import annotations
@@ -235,11 +236,14 @@ class TestPolicyServer:
         number = len(self.seen.observations) - 1
         if s.fail_after and number == s.fail_after:
             raise RuntimeError(f"test failure: this server fails request {number} (--fail-after)")
-        value = lookup(observation, s.stamp_key)
         if self._linear is not None:
-            row = self._linear.act(value)
+            state = [
+                np.asarray(lookup(observation, key), dtype=np.float64).reshape(-1) for key in s.stamp_key.split(",")
+            ]
+            row = self._linear.act(np.concatenate(state))
             actions = np.repeat(row[None, :], s.horizon, axis=0).astype(np.float32)
         else:
+            value = lookup(observation, s.stamp_key)
             stamp = float(np.asarray(value, dtype=np.float64).reshape(-1)[0])
             actions = encoded_chunk(number, stamp, s.horizon, s.action_dim)
         return {s.action_key: actions}
@@ -259,7 +263,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--horizon", type=int, default=d.horizon, help="H, steps per chunk")
     p.add_argument("--action-dim", type=int, default=d.action_dim)
     p.add_argument("--action-key", default=d.action_key)
-    p.add_argument("--stamp-key", default=d.stamp_key, help="observation key read as stamp (or linear state)")
+    p.add_argument(
+        "--stamp-key",
+        default=d.stamp_key,
+        help="observation key read as stamp (or linear state; a,b concatenates keys a and b)",
+    )
     p.add_argument("--latency", type=float, default=d.latency_s, help="seconds each answer takes")
     p.add_argument("--jitter", type=float, default=d.jitter_s, help="plus uniform(0, jitter) seconds")
     p.add_argument("--slow-start", type=float, default=d.slow_start_s, help="extra seconds for a connection's first")
