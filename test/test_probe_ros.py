@@ -10,7 +10,15 @@ from __future__ import annotations
 import pytest
 from harness import TrainerThread, process, python_module
 
-from plugrl_ros.tools.test_trainer import REWARD_SUM, TERMINAL_OBSERVATION, TIME_MAJOR, TrainerSettings
+from plugrl_ros.shipped import shipped_file
+from plugrl_ros.tools.test_trainer import (
+    INFO_EPISODE,
+    RESET_OBSERVATION,
+    REWARD_SUM,
+    TERMINAL_OBSERVATION,
+    TIME_MAJOR,
+    TrainerSettings,
+)
 
 # The link's endings are the headless probe's (test_headless_probe) and, over ROS, test_faults' probe deployment.
 pytestmark = [pytest.mark.ros, pytest.mark.websockets_incidental, pytest.mark.slow]
@@ -74,3 +82,41 @@ def test_the_ros_probe_configures_its_robot_and_bridge_with_the_trainers_action_
     assert report.failed == 0, report.text() + output
     assert not report.incomplete, report.text() + output
     assert report.clause(TIME_MAJOR).passed >= 12, report.text()
+
+
+def bridge_for_probe(uri: str, envs: int, mode: str) -> list[str]:
+    """The bridge as plugrl-probe starts it: the shipped config/probe.yaml with this run's trainer and envs."""
+    names = ", ".join(f"'probe{i}'" for i in range(envs))
+    return python_module(
+        "plugrl_ros.ros.bridge_main",
+        "--ros-args",
+        "--params-file",
+        str(shipped_file("config", "probe.yaml")),
+        "-p",
+        f"trainer.uri:={uri}",
+        "-p",
+        f"envs:=[{names}]",
+        "-p",
+        f"control.mode:={mode}",
+    )
+
+
+@pytest.mark.parametrize("mode", ["lockstep", "timer"])
+def test_a_bridge_restarted_while_the_probe_robot_keeps_running_starts_fresh_episodes_every_time(mode):
+    # Each run stops after a few feedbacks, so the robot is left in the middle of
+    # its episodes; the next bridge (and a trainer that knows nothing of them)
+    # must still see whole episodes from t 0.
+    envs = 3
+    with process(python_module("plugrl_ros.tools.probe_robot", "--envs", str(envs))) as robot:
+        for run in range(4):
+            trainer = TrainerThread(trainer_settings(script=("stop",), n_envs=envs, feedbacks_per_connection=7))
+            trainer.start()
+            with process(bridge_for_probe(trainer.uri, envs, mode)) as bridge:
+                code = bridge.wait(60)
+                report = trainer.report(timeout=30)
+                where = f"run {run}:\n{report.text()}\n{bridge.output()}"
+                assert code == 0, where
+                assert report.failed == 0, where
+                for clause in (INFO_EPISODE, TERMINAL_OBSERVATION, RESET_OBSERVATION):
+                    assert report.clause(clause).passed >= 1, where
+        assert robot.proc.poll() is None, robot.output()

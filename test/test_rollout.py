@@ -17,6 +17,7 @@ from plugrl_ros.protocol import codec
 from plugrl_ros.protocol.connection import Phase
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
+from plugrl_ros.rollout.timer_steps import MIN_STEP_FRACTION, TimerSteps
 from plugrl_ros.tools.probe_env import action_value, episode_length
 
 
@@ -183,8 +184,29 @@ def test_a_trainer_announcing_too_narrow_an_action_is_refused_at_metadata():
     assert rollout.poll(lambda env: obs(0)) == []
 
 
+def test_a_trainer_announcing_a_wider_action_than_the_actions_read_is_refused_at_metadata():
+    rollout = Rollout(RolloutSettings(n_envs=1, min_action_width=2), Clock())
+    rollout.on_connected(1)
+    result = rollout.on_frame(1, metadata_frame(horizon=4, width=6))
+    assert result.kind == "error"
+    assert "action_dim: 6, but the configured actions read 2 values per step" in result.detail
+    assert "set control.action_dim: 6" in result.detail  # how to mean it
+    assert rollout.poll(lambda env: obs(0)) == []
+
+
+def test_a_wider_action_is_accepted_when_the_configured_width_says_so():
+    rollout = Rollout(RolloutSettings(n_envs=1, min_action_width=2, action_width=6), Clock())
+    connect(rollout, horizon=1, width=6)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=1, width=6)
+    assert rollout.take_step(0).tolist() == [action_value(0, 0, j) for j in range(6)]
+    rollout.on_disconnected(rollout.epoch)
+    rollout.on_connected(rollout.epoch + 1)
+    assert rollout.on_frame(rollout.epoch, metadata_frame(horizon=1, width=7)).kind == "error"
+
+
 def test_the_announced_shape_wins_over_the_configured_one():
-    rollout = Rollout(RolloutSettings(n_envs=1, action_horizon=8, action_width=7), Clock())
+    rollout = Rollout(RolloutSettings(n_envs=1, min_action_width=2, action_horizon=8, action_width=7), Clock())
     connect(rollout, horizon=3, width=2)
     assert (rollout.expected_horizon, rollout.expected_width) == (3, 2)
 
@@ -257,6 +279,76 @@ def test_an_interrupted_step_cuts_the_chunk_without_ending_the_episode():
     assert infer2["step_ids"].tolist() == [1]
 
 
+# -- fresh episodes on every connection ------------------------------------------
+
+
+def run_steps(rollout: Rollout, env: int, steps: int, t0: int = 0) -> None:
+    for k in range(steps):
+        rollout.take_step(env)
+        rollout.finish_step(env, 1.0, False, False, False, obs(t0 + k + 1))
+
+
+def test_with_fresh_episodes_every_env_is_reset_before_its_first_infer_at_startup():
+    rollout = Rollout(RolloutSettings(n_envs=2, fresh_episodes=True), Clock())
+    assert rollout.needs_reset(0) and rollout.needs_reset(1)
+    connect(rollout)
+    assert rollout.poll(lambda env: obs(0)) == []  # nobody may infer before its reset
+    rollout.reset_done(1)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    assert infer["env_indices"].tolist() == [1]
+
+
+def test_without_a_reset_procedure_the_first_observation_starts_the_episode():
+    rollout = Rollout(RolloutSettings(n_envs=1, fresh_episodes=True, resets=False), Clock())
+    assert not rollout.needs_reset(0)
+    connect(rollout, horizon=3)
+    [infer] = messages(rollout.poll(lambda env: obs(5)))
+    answer(rollout, infer)
+    run_steps(rollout, 0, 2, t0=5)
+    rollout.on_disconnected(rollout.epoch)  # mid-episode: the next connection starts a new one, with no reset
+    assert not rollout.needs_reset(0)
+    env = rollout.envs[0]
+    assert (env.episode_length, env.episode_return, env.step_id) == (0, 0.0, 0)
+
+
+def test_with_fresh_episodes_a_close_mid_episode_resets_the_env_before_the_next_connection_uses_it():
+    rollout = Rollout(RolloutSettings(n_envs=3, fresh_episodes=True, max_episode_steps=5), Clock())
+    for env in range(3):
+        rollout.reset_done(env)
+    connect(rollout, horizon=2)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=2)
+    run_steps(rollout, 0, 2)  # env 0: its chunk's feedback is pending, mid-episode
+    rollout.take_step(1)  # env 1: a step in flight as the connection closes
+    rollout.take_step(2)
+    rollout.finish_step(2, 1.0, True, False, False, obs(1))  # env 2: terminal, feedback pending, resetting
+    rollout.on_disconnected(rollout.epoch)
+    assert rollout.needs_reset(0) and rollout.envs[0].episode_length == 0 and rollout.envs[0].step_id == 0
+    assert not rollout.needs_reset(1)  # the robot is still taking its step
+    assert rollout.envs[2].episodes == 1  # that episode did end; only its feedback was lost
+    rollout.finish_step(1, 1.0, False, False, False, obs(1))  # the detached step reports: now env 1 restarts
+    assert rollout.needs_reset(1) and rollout.envs[1].episode_length == 0
+    assert rollout.envs[1].episodes == 0  # a cut episode is not counted as finished
+    for env in range(3):
+        rollout.reset_done(env)
+    connect(rollout, horizon=4)
+    [first] = messages(rollout.poll(lambda env: obs(0)))
+    assert first["env_indices"].tolist() == [0, 1, 2] and first["step_ids"].tolist() == [0, 0, 0]
+    answer(rollout, first, horizon=4)
+    run_steps(rollout, 0, 4)
+    # the time limit counts from the fresh start: 4 steps so far on this connection, not 6
+    assert rollout.envs[0].episode_length == 4 and not rollout.needs_reset(0)
+
+
+def test_an_env_already_at_a_fresh_start_is_not_reset_again_on_a_close():
+    rollout = Rollout(RolloutSettings(n_envs=1, fresh_episodes=True), Clock())
+    rollout.reset_done(0)
+    connect(rollout)
+    messages(rollout.poll(lambda env: obs(0)))  # an infer in flight: nothing of the episode ran
+    rollout.on_disconnected(rollout.epoch)
+    assert not rollout.needs_reset(0)
+
+
 # -- scheduling: a deterministic timer-mode simulation ------------------------
 
 
@@ -273,7 +365,12 @@ class SimEnv:
 
 
 class Simulation:
-    """Timer-mode stepping of probe-like envs against a trainer answering after ``latency``."""
+    """Timer-mode stepping of probe-like envs against a trainer answering after ``latency``.
+
+    It drives the core as the bridge's timer does (:class:`TimerSteps`): at a
+    tick, sample the steps that are due, send what is due, publish the next
+    steps; a chunk's first step goes out when the chunk arrives, between ticks.
+    """
 
     def __init__(self, envs: list[SimEnv], horizon=4, dt=0.02, latency=0.005, deadline=30.0, features=()):
         self.clock = Clock()
@@ -290,6 +387,10 @@ class Simulation:
         self.pending_since: dict[int, float] = {}
         self.max_phase_feedback = 0.0
         self.phase_feedback_since: float | None = None
+        self.steps = TimerSteps(len(envs), dt)
+        self.step_started: dict[int, float] = {}
+        self.step_durations: list[float] = []  # publish -> sample, for every step that reported
+        self.ticks = 0
 
     def silent(self, env: SimEnv) -> bool:
         return env.silent is not None and env.silent[0] <= self.clock.now < env.silent[1]
@@ -303,10 +404,21 @@ class Simulation:
     def run(self, seconds: float) -> None:
         ticks = int(seconds / self.dt)
         for _ in range(ticks):
-            self.clock.now = round(self.clock.now + self.dt, 9)
-            if self.inflight is not None and self.inflight[0] <= self.clock.now:
+            next_tick = round(self.clock.now + self.dt, 9)
+            if self.inflight is not None and self.inflight[0] < next_tick:
+                self.clock.now = self.inflight[0]
                 self._deliver()
+            self.clock.now = next_tick
             self._tick()
+            self.ticks += 1
+
+    def _publish(self, i: int) -> bool:
+        if self.rollout.take_step(i) is None:
+            return False
+        self.envs[i].t += 1
+        self.step_started[i] = self.clock.now
+        self.steps.started(i, self.clock.now)
+        return True
 
     def _deliver(self) -> None:
         _, envs = self.inflight
@@ -319,14 +431,18 @@ class Simulation:
             if env.chunk_ended_at is not None:
                 env.waits.append(self.clock.now - env.chunk_ended_at)
                 env.chunk_ended_at = None
+            if not self.silent(env):
+                self._publish(i)  # the first step goes out as the chunk arrives
 
     def _tick(self) -> None:
         now = self.clock.now
+        self.steps.tick()
         for env in self.envs:
             i = env.index
-            if self.rollout.step_in_flight(i):
+            if self.rollout.step_in_flight(i) and self.steps.due(i, now):
                 if self.silent(env):
                     continue
+                self.step_durations.append(now - self.step_started.pop(i))
                 terminated = env.t >= episode_length(i)
                 if self.rollout.finish_step(i, 1.0, terminated, False, False, obs(env.t)):
                     self.pending_since[i] = now
@@ -342,8 +458,8 @@ class Simulation:
         for message in messages(self.rollout.poll(self.capture)):
             self._check(message)
         for env in self.envs:
-            if self.rollout.take_step(env.index) is not None:
-                env.t += 1
+            if not self.silent(env):
+                self._publish(env.index)
 
     def _check(self, message: dict) -> None:
         now = self.clock.now
@@ -485,3 +601,38 @@ def test_a_robot_failing_in_the_first_step_of_a_chunk_freezes_it_until_the_conne
     connect(rollout, horizon=4)
     [infer2] = messages(rollout.poll(lambda env: obs(0)))
     assert infer2["env_indices"].tolist() == [0, 1] and infer2["step_ids"].tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("horizon", [1, 5])
+def test_timer_mode_takes_one_step_per_tick_when_the_trainer_answers_within_half_a_period(horizon):
+    envs = [SimEnv(0), SimEnv(1), SimEnv(2, reset_s=0.3)]
+    sim = Simulation(envs, horizon=horizon, dt=0.02, latency=0.004, features=("reuse-feedback-obs",))
+    sim.run(20.0)
+    for env in envs[:2]:  # (the waiting for env 2's resets is not stepping)
+        assert sim.rollout.envs[env.index].steps_total >= 0.97 * sim.ticks, (env.index, sim.ticks)
+    # a step is never sampled before it ran for half a period, and none lasts longer than one
+    assert min(sim.step_durations) >= MIN_STEP_FRACTION * sim.dt - 1e-9
+    assert max(sim.step_durations) <= sim.dt + 1e-9
+
+
+@pytest.mark.parametrize("horizon", [1, 5])
+def test_a_late_answer_makes_the_first_step_of_a_chunk_last_longer_never_a_sliver_of_a_period(horizon):
+    envs = [SimEnv(0), SimEnv(1)]
+    sim = Simulation(envs, horizon=horizon, dt=0.02, latency=0.014)
+    sim.run(20.0)
+    assert min(sim.step_durations) >= MIN_STEP_FRACTION * sim.dt - 1e-9
+    assert max(sim.step_durations) <= (1 + MIN_STEP_FRACTION) * sim.dt + 1e-9
+    for env in envs:  # each chunk's first step spans two ticks: at worst (H=1) one step per two ticks
+        assert sim.rollout.envs[env.index].steps_total >= 0.49 * sim.ticks
+
+
+def test_timer_steps_wait_half_a_period_and_hold_the_command_only_during_the_tick_that_asked():
+    steps = TimerSteps(2, period_s=0.02)
+    steps.tick()
+    assert steps.due(0, 0.0)  # no step yet
+    steps.asked(0)
+    assert steps.awaiting_answer(0) and not steps.awaiting_answer(1)
+    steps.started(0, 0.004)
+    assert not steps.due(0, 0.0139) and steps.due(0, 0.014)
+    steps.tick()
+    assert not steps.awaiting_answer(0)  # an answer not there by the next tick is late: the env idles

@@ -48,9 +48,10 @@ class PendingFeedback:
 class EnvRollout:
     """One env's protocol-side state: its chunk, its held feedback, its episode."""
 
-    def __init__(self, index: int, max_episode_steps: int = 0) -> None:
+    def __init__(self, index: int, max_episode_steps: int = 0, resets: bool = True) -> None:
         self.index = index
         self._max_episode_steps = max_episode_steps
+        self._resets = resets  # a reset procedure is configured (else the task is continuing)
         self.chunk: np.ndarray | None = None  # [h, width] float64
         self.next_step = 0
         self.step_in_flight = False
@@ -67,6 +68,8 @@ class EnvRollout:
         # a step whose chunk was lost (the connection closed) but whose result
         # is still due: the robot did take it, so it still counts
         self.detached = False
+        # a new connection came while that step was in flight: start a fresh episode once it reports
+        self.restart_after_step = False
         # the robot stopped reporting during the first step of this chunk: the
         # chunk can neither run nor be fed back, only dropped with the connection
         self.frozen = False
@@ -149,6 +152,9 @@ class EnvRollout:
             if ended:
                 self._episode_ended()
                 self._new_episode()
+            elif self.restart_after_step:
+                self._restart()
+            self.restart_after_step = False
             return False
         if not (ended or interrupted or self.cut or self.next_step >= len(self.chunk)):
             self.last_row = row
@@ -186,6 +192,7 @@ class EnvRollout:
         completed = self.next_step - 1
         if self.chunk is None:  # a detached step: its chunk already went with a connection
             self.detached = False
+            self.restart_after_step = False
             self._episode_ended()
             self._new_episode()
             return True
@@ -237,6 +244,25 @@ class EnvRollout:
         if lost:
             self.chunks_lost += 1
         return lost
+
+    def start_fresh(self) -> None:
+        """The trainer knows nothing of this env's episode (a new connection, or startup): begin a new one.
+
+        On every close the trainer forgets each env's state, so an episode begun
+        on an earlier connection would reach it headless: its return, length and
+        time limit would count steps it never saw. With a reset configured the
+        robot is reset first; without one (a continuing task) the next
+        observation simply starts the episode. A step the robot is still taking
+        finishes first.
+        """
+        if self.step_in_flight:
+            self.restart_after_step = True
+        elif not self.needs_reset and self.episode_length > 0:
+            self._restart()
+
+    def _restart(self) -> None:
+        self._new_episode()
+        self.needs_reset = self._resets
 
     def reset_done(self) -> None:
         self.needs_reset = False

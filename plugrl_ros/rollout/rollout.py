@@ -42,6 +42,9 @@ class RolloutSettings:
     batch_window_s: float = 0.02
     use_reuse: bool = True
     text_format: TextFormat = "array"
+    # each connection starts every env on a fresh episode (at startup, and after every close)
+    fresh_episodes: bool = False
+    resets: bool = True  # a reset procedure is configured; without one the first observation starts an episode
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,11 @@ class Rollout:
         assert settings.n_envs >= 1
         self.settings = settings
         self._clock = clock
-        self.envs = [EnvRollout(i, settings.max_episode_steps) for i in range(settings.n_envs)]
+        self.envs = [EnvRollout(i, settings.max_episode_steps, settings.resets) for i in range(settings.n_envs)]
+        if settings.fresh_episodes and settings.resets:
+            # the robot may be anywhere: in the middle of an episode a previous bridge left
+            for env in self.envs:
+                env.needs_reset = True
         self.connection: Connection | None = None
         self.epoch = 0
         self.metadata: Metadata | None = None
@@ -102,12 +109,7 @@ class Rollout:
             received = self.connection.receive(frame)
             if isinstance(received, Metadata):
                 self.metadata = received
-                width = received.action_dim
-                if width is not None and width < self.settings.min_action_width:
-                    raise ProtocolError(
-                        "metadata.data.action_dim",
-                        f"{width}, but the configured actions read {self.settings.min_action_width} values per step",
-                    )
+                self._check_announced_width(received.action_dim)
                 return FrameResult("metadata", metadata=received)
             self._check_shape(received)
         except ProtocolError as exc:
@@ -128,6 +130,22 @@ class Rollout:
                 # the episode is being truncated: one step, then feedback
                 self.envs[env_index].cut = self.envs[env_index].truncate = True
         return FrameResult("action", envs=received.env_ids)
+
+    def _check_announced_width(self, width: int | None) -> None:
+        """An announced action width must be the one the sinks read, or the configured ``action_width``.
+
+        A wider one is refused like a narrower one: a trainer learning values
+        that no actuator applies is almost always paired with the wrong robot
+        or config, and would otherwise train on without them, silently. A user
+        who means to ignore the extra values says so by configuring that width.
+        """
+        needed = self.settings.min_action_width
+        if width is None or width == needed or (width > needed and width == self.settings.action_width):
+            return
+        detail = f"{width}, but the configured actions read {needed} values per step"
+        if width > needed:
+            detail += f" (to run on the first {needed} and ignore the rest, set control.action_dim: {width})"
+        raise ProtocolError("metadata.data.action_dim", detail)
 
     def _check_shape(self, chunk: ActionChunk) -> None:
         horizon, width = self.expected_horizon, self.expected_width
@@ -160,7 +178,11 @@ class Rollout:
         self.connection = None
         self._first_pending_at = None
         self.reopen_reason = None
-        return tuple(e.index for e in self.envs if e.lose_action())
+        lost = tuple(e.index for e in self.envs if e.lose_action())
+        if self.settings.fresh_episodes:
+            for env in self.envs:
+                env.start_fresh()
+        return lost
 
     # -- the env side ----------------------------------------------------
 

@@ -8,8 +8,10 @@ single-threaded executor, so the core needs no locks.
 
 Stepping (docs/design.md): in ``timer`` mode a wall-clock (or sim-clock) timer
 publishes one action step per env per tick and samples each step's result at
-the next tick; in ``lockstep`` mode the next step is published as soon as
-every source of the env has produced a message newer than the last action.
+a later tick; a new chunk's first step goes out as soon as it arrives (the
+rule is :mod:`plugrl_ros.rollout.timer_steps`). In ``lockstep`` mode the next
+step is published as soon as every source of the env has produced a message
+newer than the last action.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock, ClockType
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Bool
@@ -33,9 +36,10 @@ from std_srvs.srv import SetBool
 from plugrl_ros import stop_request
 from plugrl_ros.protocol.client import CloseKind, Connected, ConnectFailed, Disconnected, FrameReceived, Notice
 from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
+from plugrl_ros.rollout.timer_steps import TimerSteps
 from plugrl_ros.ros.config import BridgeConfig, check_environment
 from plugrl_ros.ros.dead_man import DeadManSwitch
-from plugrl_ros.ros.diagnostics import ERROR, OK, WARN, Entry, percentile_ms, status_array
+from plugrl_ros.ros.diagnostics import ERROR, OK, WARN, Entry, RateMeter, percentile_ms, status_array
 from plugrl_ros.ros.env_io import EnvIO, ShapeGuard
 from plugrl_ros.ros.node_parameters import configure
 from plugrl_ros.ros.param_sources import explain_refusal
@@ -77,6 +81,8 @@ class BridgeNode(Node):
                 batch_window_s=config.control.batch_window_s,
                 use_reuse=config.use_reuse,
                 text_format=config.text_format,  # type: ignore[arg-type]
+                fresh_episodes=config.reset.on_start,
+                resets=config.reset.mode != "none",
             ),
             clock=time.monotonic,
         )
@@ -94,7 +100,9 @@ class BridgeNode(Node):
         self._interrupted = [False] * len(self.envs)
         self._resetting = [False] * len(self.envs)
 
-        self._ticks: deque[float] = deque(maxlen=1000)
+        self._steps = TimerSteps(len(self.envs), config.control.period_s)
+        self._loop_rate = RateMeter()
+        self._step_rates = [RateMeter() for _ in self.envs]
         self.transient_faults: deque[float] = deque()  # times of survived rclpy faults (see spin_resiliently)
         self._last_close = ""
         self._reconnects = 0
@@ -118,9 +126,14 @@ class BridgeNode(Node):
             self.create_timer(min(period, 0.01), self._housekeeping, callback_group=self._group)
         else:
             self.create_timer(period, self._on_tick, callback_group=self._group)
-        self.create_timer(config.status.diagnostics_period_s, self._publish_diagnostics, callback_group=self._group)
+        # Status runs on the steady clock: under use_sim_time a simulator that never
+        # publishes /clock would otherwise leave /diagnostics and the log silent.
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(
+            config.status.diagnostics_period_s, self._publish_diagnostics, callback_group=self._group, clock=steady
+        )
         if config.status.log_period_s > 0:
-            self.create_timer(config.status.log_period_s, self._log_status, callback_group=self._group)
+            self.create_timer(config.status.log_period_s, self._log_status, callback_group=self._group, clock=steady)
 
         self.link = TrainerLink(self, config.trainer, self._on_link_event, self._group)
         self._describe_startup()
@@ -175,6 +188,8 @@ class BridgeNode(Node):
             elif result.kind == "action" and self._lockstep:
                 for env in result.envs:
                     self._step(env)
+            elif result.kind == "action":
+                self._start_chunks(result.envs)
         elif isinstance(event, Connected):
             self.rollout.on_connected(event.epoch)
             log.info(f"connected to the trainer at {event.uri} (connection {event.epoch})")
@@ -213,23 +228,49 @@ class BridgeNode(Node):
     # -- stepping ------------------------------------------------------------
 
     def _on_tick(self) -> None:
-        """Timer mode: finish the steps of the last tick, send what is due, publish this tick's steps."""
+        """Timer mode: sample the steps that are due, send what is due, publish this tick's steps."""
         self._check_dead_man()
-        self._ticks.append(self._now_ns() * 1e-9)  # the node's clock: simulated time under use_sim_time
-        now_ns = self._now_ns()
+        now_ns = self._now_ns()  # the node's clock: simulated time under use_sim_time
+        now_s = now_ns * 1e-9
+        self._loop_rate.add(now_s)
+        steps = self._steps
+        steps.tick()
         stale = [io.stale_sources(now_ns) for io in self.envs]
         for io in self.envs:
-            self._evaluate(io, now_ns, bool(stale[io.index]))
+            if steps.due(io.index, now_s):
+                self._evaluate(io, now_ns, bool(stale[io.index]))
             self._check_failure(io, stale[io.index])
         self._advance_resets()
         self._poll(now_ns)
         stamp = self._stamp()
         for io in self.envs:
-            action = None if self.paused or stale[io.index] else self.rollout.take_step(io.index)
-            if action is None:
-                io.idle(stamp)
-            else:
+            i = io.index
+            action = None if self.paused or stale[i] else self.rollout.take_step(i)
+            if action is not None:
                 io.publish(action, stamp)
+                steps.started(i, now_s)
+            elif not (self.paused or stale[i]) and (
+                steps.awaiting_answer(i) or (self.rollout.step_in_flight(i) and not steps.due(i, now_s))
+            ):
+                pass  # its next chunk's first step is on its way, or that step is still running: keep the command
+            else:
+                io.idle(stamp)
+
+    def _start_chunks(self, envs: Sequence[int]) -> None:
+        """Timer mode: a new chunk's first step goes out the moment the chunk arrives, not at the next tick."""
+        self._check_dead_man()
+        if self.paused:
+            return
+        now_ns = self._now_ns()
+        stamp = self._stamp()
+        for i in envs:
+            io = self.envs[i]
+            if io.stale_sources(now_ns):
+                continue  # the next tick idles it
+            action = self.rollout.take_step(i)
+            if action is not None:
+                io.publish(action, stamp)
+                self._steps.started(i, now_ns * 1e-9)
 
     def _evaluate(self, io: EnvIO, now_ns: int, stale: bool) -> None:
         i = io.index
@@ -244,6 +285,7 @@ class BridgeNode(Node):
         reward, terminated, truncated, success = io.take_step_result()
         self.rollout.finish_step(i, reward, terminated, truncated, success, row, self._interrupted[i])
         self._interrupted[i] = False
+        self._step_rates[i].add(now_ns * 1e-9)
 
     def _on_input(self, env: int) -> None:
         """A message arrived for ``env``. In lockstep it may complete the env's step."""
@@ -274,7 +316,7 @@ class BridgeNode(Node):
     def _housekeeping(self) -> None:
         """Lockstep: failures, resets, deadlines and batching windows, which no message arrival drives."""
         self._check_dead_man()
-        self._ticks.append(self._now_ns() * 1e-9)
+        self._loop_rate.add(self._now_ns() * 1e-9)
         for io in self.envs:
             self._check_failure(io, [])
         self._advance_resets()
@@ -321,8 +363,12 @@ class BridgeNode(Node):
                 io.begin_window()
             return row
 
+        inferring = [e.inferring for e in self.rollout.envs]
         for outgoing in self.rollout.poll(capture):
             self.link.send(self.rollout.epoch, outgoing)
+        for env, before in zip(self.rollout.envs, inferring):
+            if env.inferring and not before:
+                self._steps.asked(env.index)
         if self.rollout.reopen_reason is not None:
             self.get_logger().warning(f"{self.rollout.reopen_reason}; reopening the trainer connection")
             self.link.abort(self.rollout.epoch, self.rollout.reopen_reason, code=1000)
@@ -374,14 +420,14 @@ class BridgeNode(Node):
 
     # -- status --------------------------------------------------------------
 
-    def _achieved_rate(self) -> float:
-        ticks = self._ticks
-        if len(ticks) < 2:
-            return 0.0
-        window = [t for t in ticks if t >= ticks[-1] - 5.0]
-        if len(window) < 2:
-            return 0.0
-        return (len(window) - 1) / (window[-1] - window[0])
+    def _waiting_for_clock(self) -> bool:
+        """use_sim_time is on and no /clock message has come yet: simulated time has not started."""
+        clock = self.get_clock()
+        return bool(getattr(clock, "ros_time_is_active", False)) and clock.now().nanoseconds == 0
+
+    def _step_rates_hz(self, now_ns: int) -> list[float]:
+        """Each env's achieved env steps per second (of the node's clock) over the last few seconds."""
+        return [meter.rate(now_ns * 1e-9) for meter in self._step_rates]
 
     def _env_state(self, io: EnvIO, now_ns: int) -> tuple[bytes, str]:
         i = io.index
@@ -433,17 +479,22 @@ class BridgeNode(Node):
         if not rollout.connected:
             trainer.worse(ERROR if rollout.connections == 0 else WARN, "not connected")
         control = Entry(f"{prefix}: control")
-        rate = self._achieved_rate()
+        loop_rate = self._loop_rate.rate(now_ns * 1e-9)
+        step_rates = self._step_rates_hz(now_ns)
         control.values = {
             "mode": self.config.control.mode,
             "target rate Hz": "-" if self._lockstep else f"{self.config.control.rate_hz:g}",
-            "achieved rate Hz": f"{rate:.1f}",
+            "env step rate Hz": f"{sum(step_rates) / len(step_rates):.1f}",  # per env, averaged over the envs
+            "loop rate Hz": f"{loop_rate:.1f}",
             "paused": str(self.paused),
         }
-        if self.paused:
+        waiting_for_clock = self._waiting_for_clock()
+        if waiting_for_clock:
+            control.worse(WARN, "waiting for /clock (use_sim_time is true and no clock message has come)")
+        elif self.paused:
             control.worse(WARN, "paused")
-        elif not self._lockstep and rate and rate < 0.9 * self.config.control.rate_hz:
-            control.worse(WARN, f"control rate {rate:.1f} Hz below target {self.config.control.rate_hz:g} Hz")
+        elif not self._lockstep and loop_rate and loop_rate < 0.9 * self.config.control.rate_hz:
+            control.worse(WARN, f"control loop at {loop_rate:.1f} Hz, below {self.config.control.rate_hz:g} Hz")
         entries = [trainer, control]
         for io in self.envs:
             env = rollout.envs[io.index]
@@ -452,6 +503,7 @@ class BridgeNode(Node):
             entry.worse(level, message) if level != OK else None
             entry.message = message
             entry.values = {
+                "step rate Hz": f"{step_rates[io.index]:.1f}",
                 "episodes": str(env.episodes),
                 "last return": "-" if env.last_return is None else f"{env.last_return:.3f}",
                 "steps": str(env.steps_total),
@@ -467,10 +519,18 @@ class BridgeNode(Node):
         envs = rollout.envs
         episodes = sum(e.episodes for e in envs)
         returns = [e.last_return for e in envs if e.last_return is not None]
+        if self._waiting_for_clock():
+            self.get_logger().warning(
+                "waiting for /clock: use_sim_time is true and no clock message has come, so the control loop "
+                "has not started (start the simulator, or set use_sim_time:=false)"
+            )
+            return
         now_ns = self._now_ns()
         stale = [io.index for io in self.envs if io.stale_sources(now_ns)]
         link = f"connected (connection {rollout.connections})" if rollout.connected else "NOT connected"
-        rate = "" if self._lockstep else f" | {self._achieved_rate():.1f} Hz"
+        rates = self._step_rates_hz(now_ns)
+        shown = " ".join(f"{r:.1f}" for r in rates) if len(rates) <= 8 else f"{min(rates):.1f}..{max(rates):.1f}"
+        rate = f" | env steps/s {shown}" + ("" if self._lockstep else f" (target {self.config.control.rate_hz:g})")
         ret = f", mean last return {sum(returns) / len(returns):.3f}" if returns else ""
         self.get_logger().info(
             f"trainer {link}{rate} | {sum(e.steps_total for e in envs)} steps, {episodes} episodes{ret} | "

@@ -117,6 +117,7 @@ class ResetConfig:
     retry_initial_s: float
     retry_max_s: float
     ready_topic: str
+    on_start: bool  # each trainer connection starts every env on a fresh episode
 
 
 @dataclass(frozen=True)
@@ -491,6 +492,7 @@ def _reset(section: Section) -> ResetConfig:
         retry_initial_s=section.float("retry_initial_s"),
         retry_max_s=section.float("retry_max_s"),
         ready_topic=_topic(section, "ready_topic"),
+        on_start=section.bool("on_start"),
     )
     section.finish()
     if reset.mode == "service" and not reset.service:

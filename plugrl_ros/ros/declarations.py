@@ -240,6 +240,12 @@ SPECS: tuple[Spec, ...] = (
     Spec("reset.retry_initial_s", "float", 1.0, "first retry delay of a failed reset (doubling)", positive=True),
     Spec("reset.retry_max_s", "float", 30.0, "longest retry delay of a failed reset", positive=True),
     Spec("reset.ready_topic", "str", "ready", "signal mode: std_msgs/Bool true = ready"),
+    Spec(
+        "reset.on_start",
+        "bool",
+        True,
+        "every env starts a fresh episode at startup and after every reconnect (reset first, unless mode is none)",
+    ),
     Spec("pause.topic", "str", "", "std_msgs/Bool: true pauses"),
     Spec("pause.start_paused", "bool", False, "start paused (also the ~/set_paused service)"),
     Spec("pause.max_age_s", "float", 0.0, "> 0: dead-man switch, run only while false arrives this often", minimum=0.0),
