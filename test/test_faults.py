@@ -911,7 +911,7 @@ def test_a_robot_that_dies_mid_run_and_comes_back_is_failed_reset_and_resumed_wi
     # "serve": the trainer checks everything until the bridge leaves; grace_s covers the bridge's
     # reopening of the connection when a robot fails during the first step of a chunk.
     # Chunks of 8 hold a whole probe episode (3, 5 or 7 steps); the step ids after a chunk that
-    # failed in its first step and the probe robot's greeting of a new subscriber have tests below.
+    # failed in its first step and the probe robot's silence between steps have tests below.
     trainer = TrainerThread(trainer_settings(script=("serve",), n_envs=n_envs, horizon=8, grace_s=3.0))
     trainer.start()
     with probe_bridge(trainer.uri, n_envs, mode="timer", rate=50.0) as bridge_child:
@@ -997,11 +997,13 @@ def test_after_the_robot_fails_in_the_first_step_of_a_chunk_its_next_episode_sta
     assert episode["l"].tolist() == [max_steps] and episode["r"].tolist() == [float(max_steps)]
 
 
-def test_the_probe_robot_publishes_a_state_only_in_answer_to_an_action_once_it_has_greeted_its_bridge(robot):
+def test_the_probe_robot_publishes_a_state_only_in_answer_to_an_action_or_a_reset(robot):
     states = robot.listen(Float64, "/probe0/t")
     action = robot.publisher(Float64MultiArray, "/probe0/action")
     with probe_robot(1):
-        wait_until(lambda: len(states) == 1, 30, "the probe robot's greeting (its first observation)")
+        robot.discover(Trigger, "/probe0/reset")
+        assert robot.call(Trigger, "/probe0/reset", Trigger.Request()).success
+        wait_until(lambda: len(states) == 1, 30, "the probe robot's answer to a reset (its first observation)")
 
         def step() -> None:
             before = len(states)
@@ -1013,14 +1015,13 @@ def test_the_probe_robot_publishes_a_state_only_in_answer_to_an_action_once_it_h
         answered = len(states) - 1
         watcher = robot.listen(Float64, "/probe0/t")  # someone runs `ros2 topic echo /probe0/t`
         # the bridge goes on stepping at 50 Hz until the watcher has been hearing the robot for 0.4 s
-        # (twice the period of the robot's greeting timer)
         while not watcher.timed() or time.monotonic() < watcher.timed()[0][0] + 0.4:
             t_step = time.monotonic()
             step()
             answered += 1
             wait_until(lambda t_step=t_step: time.monotonic() > t_step + 0.02, 1, "the next control tick")
     unsolicited = len(states) - 1 - answered
-    assert unsolicited == 0, f"{unsolicited} state message(s) that no action caused"
+    assert unsolicited == 0, f"{unsolicited} state message(s) that no action or reset caused"
 
 
 # -- 10. Ctrl-C at any moment --------------------------------------------------------------------

@@ -67,10 +67,6 @@ class _Arm:
         self.command = np.zeros(2)
         self.command_ns = 0  # when the latest command arrived (node clock)
         self.reported_end = False  # timer mode: the termination of this episode was published
-        self.subscribers = 0
-
-    def observation_subscribers(self) -> int:
-        return sum(p.get_subscription_count() for p in (self.joint_states, self.image, self.target))
 
 
 class DemoRobot(Node):
@@ -89,11 +85,10 @@ class DemoRobot(Node):
             self.create_service(Trigger, f"{arm.ns}/reset", self._on_reset(i))
         if mode == "timer":
             self.create_timer(self._dt, self._on_cycle)
-        else:
-            # A bridge that subscribes later still needs a first observation; the
-            # state is published again whenever a new subscriber appears (never
-            # on a timer: in lockstep a repeat could pass for a step's result).
-            self.create_timer(0.2, self._greet_new_subscribers)
+        # In lockstep the state is published only in answer to a command or a reset:
+        # any other message (a greeting for a new subscriber, a timer) could pass for
+        # a step's result. The bridge gets its first observation by resetting every
+        # reacher when it starts (reset.on_start).
         self.get_logger().info(
             f"{n_envs} reacher(s) under {namespace(0)}..{namespace(n_envs - 1)}; mode {mode}"
             + (f" at {rate_hz:g} Hz" if mode == "timer" else f", {self._dt:g} s per step")
@@ -173,13 +168,6 @@ class DemoRobot(Node):
             return response
 
         return callback
-
-    def _greet_new_subscribers(self) -> None:
-        for arm in self.arms:
-            count = arm.observation_subscribers()
-            if count > arm.subscribers:
-                self._publish_state(arm)
-            arm.subscribers = count
 
 
 def main(args: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from plugrl_ros.ros.qos import qos_profile
 
 class ResetState(enum.Enum):
     IDLE = "idle"
+    DISCOVERING = "waiting for the reset service"
     CALLING = "calling"
     RETRY_WAIT = "waiting to retry"
     WAITING_SIGNAL = "waiting for the ready signal"
@@ -92,6 +93,13 @@ class ResetProcedure:
             if now >= self._retry_at:
                 self._call()
             return False
+        if self.state is ResetState.DISCOVERING:
+            assert self._client is not None
+            if self._client.service_is_ready():
+                self._send()
+            elif now >= self._deadline:
+                self._fail(f"the reset service {self.target} is not available")
+            return False
         # CALLING
         future = self._future
         if future is not None and future.done():
@@ -128,10 +136,16 @@ class ResetProcedure:
             remove(future)
 
     def _call(self) -> None:
+        """Call the service, or wait for it to be discovered (a bridge just started, a robot restarting)."""
         assert self._client is not None
-        if not self._client.service_is_ready():
-            self._fail(f"the reset service {self.target} is not available")
-            return
+        self._future = None
+        self._deadline = self._clock_s() + self._config.timeout_s
+        self.state = ResetState.DISCOVERING
+        if self._client.service_is_ready():
+            self._send()
+
+    def _send(self) -> None:
+        assert self._client is not None
         self._future = self._client.call_async(self._request)
         self._deadline = self._clock_s() + self._config.timeout_s
         self.state = ResetState.CALLING

@@ -38,7 +38,6 @@ class ProbeRobot(Node):
         self.envs = ProbeEnvs(n_envs, action_dim)
         qos = qos_profile("reliable", 100)
         self._pubs = []
-        self._subscribers = [0] * n_envs
         for i in range(n_envs):
             ns = namespace(i)
             pubs = (
@@ -50,11 +49,10 @@ class ProbeRobot(Node):
             self._pubs.append(pubs)
             self.create_subscription(Float64MultiArray, f"{ns}/action", self._on_action(i), qos)
             self.create_service(Trigger, f"{ns}/reset", self._on_reset(i))
-        # A bridge that subscribes later still needs a first observation: the
-        # state is published when the first subscriber appears. Never more
-        # often (not on a timer, not for a second subscriber such as a
-        # `ros2 topic echo`): in lockstep a repeat could pass for a step's result.
-        self.create_timer(0.2, self._greet_new_subscribers)
+        # The state is published only in answer to an action or a reset: in
+        # lockstep any other message (a greeting for a new subscriber, a timer)
+        # could pass for a step's result. A bridge gets its first observation
+        # by resetting every env when it starts (reset.on_start).
 
     def _publish_state(self, env: int) -> None:
         t_pub, a_pub, _, _ = self._pubs[env]
@@ -85,13 +83,6 @@ class ProbeRobot(Node):
             return response
 
         return callback
-
-    def _greet_new_subscribers(self) -> None:
-        for env, pubs in enumerate(self._pubs):
-            count = pubs[0].get_subscription_count()
-            if count > 0 and self._subscribers[env] == 0:
-                self._publish_state(env)
-            self._subscribers[env] = count
 
 
 def main(args: list[str] | None = None) -> int:
