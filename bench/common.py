@@ -124,11 +124,11 @@ def tune_like_the_bridge() -> None:
 class Child:
     """A child process whose output goes to a file; stopped with SIGINT (never -9: DDS leaves shm files)."""
 
-    def __init__(self, command: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, command: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> None:
         self.command = command
         self._log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
-            command, env=env or ros_env(), stdout=self._log, stderr=subprocess.STDOUT, text=True
+            command, env=env or ros_env(), stdout=self._log, stderr=subprocess.STDOUT, text=True, cwd=cwd
         )
 
     @property

@@ -1105,7 +1105,9 @@ def test_a_signal_while_the_trainer_link_is_stalled_still_exits_within_3_s(tmp_p
     robot.stream(Float64MultiArray, "/state", float_state(0.0))
     cmd = robot.listen(Float64MultiArray, "/cmd")
     with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 1}, half_speed) as trainer:
-        with stalling_proxy(trainer.port) as proxy, bridge(tmp_path, bridge_params(proxy.uri, **SIGNALLED)) as child:
+        # no reset service here: the env must run without a reset at startup
+        unreset = merged(SIGNALLED, {"reset": {"on_start": False}})
+        with stalling_proxy(trainer.port) as proxy, bridge(tmp_path, bridge_params(proxy.uri, **unreset)) as child:
             wait_until(lambda: sum(m.data[0] == 0.5 for m in cmd.msgs()) >= 5, 30, "a chunk running")
             proxy.stall()  # the link goes dead in the middle of the chunk
             t_stall = time.monotonic()

@@ -11,11 +11,13 @@ between the infer and that moment the env keeps its last command rather than
 idling for a few milliseconds (for a velocity controller, a zero pulse on
 every chunk); if the answer has not come by the next tick, the env idles.
 
-The first step's result is sampled at the first tick at least half a period
-after it went out: a trainer answering within half a period keeps one step
-per tick, and a later answer makes that step last up to one and a half
-periods, never a sliver of a period whose observation would show almost
-nothing of its action.
+The first step's result is sampled at the first tick at least a quarter of
+a period after it went out. A trainer answering within three quarters of a
+period keeps one step per tick (sample to sample, the robot moved for one
+period: the last command until the new one came, then the new one). A later
+answer makes that step span two ticks rather than be sampled a sliver of a
+period after its action went out, when its observation would show almost
+nothing of it.
 
 Pure and clocked by its caller: the bridge passes its node clock's time, the
 tests a simulated one.
@@ -23,8 +25,8 @@ tests a simulated one.
 
 from __future__ import annotations
 
-# The shortest a step may last before it is sampled, as a fraction of the period.
-MIN_STEP_FRACTION = 0.5
+# How long a chunk's first step must have acted before it is sampled, as a fraction of the period.
+MIN_STEP_FRACTION = 0.25
 
 
 class TimerSteps:
