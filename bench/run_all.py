@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-BENCHMARKS = ("codec", "observation", "action", "timing", "throughput", "policy_execution")
+BENCHMARKS = ("codec", "observation", "action", "timing", "step_rate", "throughput", "policy_execution")
 
 
 def run_benchmark(name: str, out: Path, quick: bool) -> Path | None:
@@ -178,6 +178,7 @@ def build_report(out: Path, title: str) -> Path:
     import bench_action
     import bench_observation
     import bench_policy_execution
+    import bench_step_rate
     import bench_throughput
     import bench_timing
 
@@ -191,6 +192,7 @@ def build_report(out: Path, title: str) -> Path:
         ("observation", bench_observation, plot_observation),
         ("action", bench_action, None),
         ("timing", bench_timing, plot_timing),
+        ("step_rate", bench_step_rate, None),
         ("throughput", bench_throughput, plot_throughput),
         ("policy_execution", bench_policy_execution, None),
     )

@@ -367,3 +367,39 @@ def test_demo_launch_file_starts_the_three_executables_with_the_demo_config():
     assert executables.MODULES["demo"] == "plugrl_ros.demo.runner"
     assert executables.MODULES["demo_robot"] == "plugrl_ros.demo.robot_node"
     assert executables.MODULES["demo_trainer"] == "plugrl_ros.demo.trainer"
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["lockstep", "timer"])
+def test_episodes_that_reach_the_target_report_success_through_the_bridge(mode):
+    """The demo robot's success topic, configured in config/demo.yaml, reaches info["episode"]["s"]."""
+    from harness import process, python_module
+    from trainer_fixture import ScriptedTrainer
+
+    from plugrl_ros.shipped import shipped_file
+
+    def reach(env_indices, step_ids, observation):  # a proportional controller toward the target's joint offsets
+        offsets = np.asarray(observation["states"]["target"])[:, 2:4]
+        return np.clip(4.0 * offsets, -2.0, 2.0).astype("<f4")[None]
+
+    robot = python_module("plugrl_ros.demo.robot_node", "--envs", "1", "--mode", mode, "--image-size", "32")
+    with ScriptedTrainer({"action_horizon": 1, "action_dim": 2}, reach) as trainer, process(robot):
+        bridge = python_module(
+            "plugrl_ros.ros.bridge_main",
+            *("--ros-args", "--params-file", str(shipped_file("config", "demo.yaml"))),
+            *("-p", f"trainer.uri:={trainer.uri}", "-p", "envs:=['reacher0']", "-p", f"control.mode:={mode}"),
+        )
+        with process(bridge) as child:
+
+            def three_ended(records: list) -> list[dict] | None:
+                ended = [m for _, m in records if m["message_type"] == "feedback" and m["data"]["info"]]
+                return ended if len(ended) >= 3 else None
+
+            try:
+                episodes = trainer.wait_for(three_ended, 90, "three episodes ending")
+            finally:
+                print(child.output())
+    rows = [(m["data"]["terminated"][0], m["data"]["info"]["episode"]["s"][0]) for m in episodes]
+    assert any(terminated for terminated, _ in rows), rows  # the controller reaches the target
+    assert all(bool(success) == bool(terminated) for terminated, success in rows), rows

@@ -169,6 +169,8 @@ def _installed(command: list[str]) -> list[str]:
         "(last message ",
         "the trainer broke the protocol: ",
         "but the configured actions read ",
+        "set control.action_dim",
+        "waiting for /clock: use_sim_time is true and no clock message has come",
         "is not available",
         "no step result for ",
         "stopping: ",

@@ -4,8 +4,9 @@ Reacher i lives under namespace ``reacher<i>``. It publishes ``joint_states``
 (sensor_msgs/JointState: position and velocity of ``shoulder`` and
 ``elbow``), ``camera/image_raw`` (sensor_msgs/Image, rgb8), ``target``
 (std_msgs/Float64MultiArray: the target relative to the arm, see
-:meth:`Reacher.target_state`), ``reward`` (std_msgs/Float32) and
-``terminated`` (std_msgs/Bool); it takes joint velocity commands (rad/s) on
+:meth:`Reacher.target_state`), ``reward`` (std_msgs/Float32),
+``terminated`` and ``success`` (std_msgs/Bool: reaching the target ends
+the episode, so both say the same); it takes joint velocity commands (rad/s) on
 ``command`` (std_msgs/Float64MultiArray) and starts a new episode when its
 ``reset`` service (std_srvs/Trigger) is called. ``config/demo.yaml`` is the
 bridge's config for it.
@@ -64,6 +65,7 @@ class _Arm:
         self.target = node.create_publisher(Float64MultiArray, f"{ns}/target", qos)
         self.reward = node.create_publisher(Float32, f"{ns}/reward", qos)
         self.terminated = node.create_publisher(Bool, f"{ns}/terminated", qos)
+        self.success = node.create_publisher(Bool, f"{ns}/success", qos)
         self.command = np.zeros(2)
         self.command_ns = 0  # when the latest command arrived (node clock)
         self.reported_end = False  # timer mode: the termination of this episode was published
@@ -136,6 +138,7 @@ class DemoRobot(Node):
             arm.command_ns = self.get_clock().now().nanoseconds
             if self.mode == "lockstep":
                 reward, terminated = arm.reacher.step(values, self._dt)
+                arm.success.publish(Bool(data=terminated))  # first: it belongs to the step the others complete
                 self._publish_state(arm)
                 self._publish_result(arm, reward, terminated)
 
@@ -152,6 +155,7 @@ class DemoRobot(Node):
             # repeat still in flight cannot end the next episode at its start.
             report = terminated and not arm.reported_end
             arm.reported_end = arm.reported_end or terminated
+            arm.success.publish(Bool(data=report))
             self._publish_state(arm)
             self._publish_result(arm, reward, report)
 

@@ -124,6 +124,15 @@ class EnvIO:
         self._group = callback_group
         self._converter_pool = converter_pool
 
+        episode = config.episode
+        self._flags = {"terminated": False, "truncated": False, "success": False}
+        self._flag_sources: dict[str, _Source] = {}
+        if episode.success_topic:
+            # Subscribed first: the executor runs ready callbacks in subscription order, so a
+            # success published with (or before) a step's other results is counted in that step,
+            # not in the one after it, even in lockstep where those results end the step.
+            self._subscribe_flag("success", episode.success_topic, sync=False)
+
         self._images = [
             (image.name, self._subscribe(image.source, 5, prefetch=image.source.converter.costly))
             for image in config.images
@@ -144,18 +153,9 @@ class EnvIO:
                 "reward", reward.topic, reward.type_name, reward.qos, reward.max_age_s, None, reward.sync
             )
             self._reward_source = self._subscribe(reward_config, 100, reward_type, self._on_reward)
-        episode = config.episode
-        self._flags = {"terminated": False, "truncated": False, "success": False}
-        self._flag_sources: dict[str, _Source] = {}
-        for flag, topic in (
-            ("terminated", episode.terminated_topic),
-            ("truncated", episode.truncated_topic),
-            ("success", episode.success_topic),
-        ):
+        for flag, topic in (("terminated", episode.terminated_topic), ("truncated", episode.truncated_topic)):
             if topic:
-                sync = episode.sync and flag != "success"
-                flag_config = TopicConfig(f"episode.{flag}_topic", topic, "std_msgs/Bool", episode.qos, 0.0, None, sync)
-                self._flag_sources[flag] = self._subscribe(flag_config, 100, Bool, self._flag_callback(flag))
+                self._subscribe_flag(flag, topic, sync=episode.sync)
 
         # The sources a step's result must hear from after its action: in
         # lockstep every observation, the reward and the terminated flag; in
@@ -219,6 +219,11 @@ class EnvIO:
             event_callbacks=subscription_event_callbacks(incompatible),
         )
         return source
+
+    def _subscribe_flag(self, flag: str, topic: str, sync: bool) -> None:
+        episode = self._config.episode
+        flag_config = TopicConfig(f"episode.{flag}_topic", topic, "std_msgs/Bool", episode.qos, 0.0, None, sync)
+        self._flag_sources[flag] = self._subscribe(flag_config, 100, Bool, self._flag_callback(flag))
 
     def _on_reward(self, msg: Any) -> None:
         self._reward_sum += msg.data
