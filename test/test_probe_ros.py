@@ -7,8 +7,13 @@ scenarios against it and reports, clause by clause, what the bridge broke.
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
 import pytest
-from harness import TrainerThread, process, python_module
+from harness import ROOT, TrainerThread, process, python_module, ros_env
 
 from plugrl_ros.shipped import shipped_file
 from plugrl_ros.tools.test_trainer import (
@@ -116,6 +121,49 @@ def test_a_bridge_restarted_while_the_probe_robot_keeps_running_starts_fresh_epi
                 report = trainer.report(timeout=30)
                 where = f"run {run}:\n{report.text()}\n{bridge.output()}"
                 assert code == 0, where
+                assert report.failed == 0, where
+                for clause in (INFO_EPISODE, TERMINAL_OBSERVATION, RESET_OBSERVATION):
+                    assert report.clause(clause).passed >= 1, where
+        assert robot.proc.poll() is None, robot.output()
+
+
+LAUNCH_ENV = os.environ.get("PLUGRL_ROS2_LAUNCH_ENV", "")
+
+
+@pytest.mark.skipif(
+    not (LAUNCH_ENV and Path(LAUNCH_ENV).is_file()),
+    reason="opt-in: set PLUGRL_ROS2_LAUNCH_ENV to the env.sh of a ros2 launch toolchain",
+)
+def test_under_ros2_launch_a_bridge_restarted_while_the_probe_robot_keeps_running_passes_every_time(tmp_path):
+    """The operator's path: the robot under `ros2 run`, the bridge under `ros2 launch`, restarted 3 times."""
+    workspace = tmp_path / "ws"
+    (workspace / "src").mkdir(parents=True)
+    (workspace / "src" / "plugrl_ros").symlink_to(ROOT)
+
+    def shell(command: str) -> list[str]:
+        return ["bash", "-c", f"source {shlex.quote(LAUNCH_ENV)} && {command}"]
+
+    build = subprocess.run(
+        shell(f"cd {shlex.quote(str(workspace))} && colcon build --symlink-install"),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=ros_env(),
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    setup = f"source {shlex.quote(str(workspace / 'install' / 'setup.bash'))}"
+    config = workspace / "install" / "plugrl_ros" / "share" / "plugrl_ros" / "config" / "probe.yaml"
+    with process(shell(f"{setup} && exec ros2 run plugrl_ros probe_robot --envs 1")) as robot:
+        for run in range(3):
+            trainer = TrainerThread(trainer_settings(script=("stop",), n_envs=1, feedbacks_per_connection=7))
+            trainer.start()
+            launch = f"exec ros2 launch plugrl_ros bridge.launch.py config:={config} server_uri:={trainer.uri}"
+            with process(shell(f"{setup} && {launch}")) as bridge:
+                code = bridge.wait(90)
+                report = trainer.report(timeout=30)
+                where = f"run {run}:\n{report.text()}\n{bridge.output()}"
+                assert code == 0 and "process has finished cleanly" in bridge.output(), where
                 assert report.failed == 0, where
                 for clause in (INFO_EPISODE, TERMINAL_OBSERVATION, RESET_OBSERVATION):
                     assert report.clause(clause).passed >= 1, where

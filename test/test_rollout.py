@@ -185,7 +185,7 @@ def test_a_trainer_announcing_too_narrow_an_action_is_refused_at_metadata():
 
 
 def test_a_trainer_announcing_a_wider_action_than_the_actions_read_is_refused_at_metadata():
-    rollout = Rollout(RolloutSettings(n_envs=1, min_action_width=2), Clock())
+    rollout = Rollout(RolloutSettings(n_envs=1, min_action_width=2, refuse_wider=True), Clock())
     rollout.on_connected(1)
     result = rollout.on_frame(1, metadata_frame(horizon=4, width=6))
     assert result.kind == "error"
@@ -195,7 +195,7 @@ def test_a_trainer_announcing_a_wider_action_than_the_actions_read_is_refused_at
 
 
 def test_a_wider_action_is_accepted_when_the_configured_width_says_so():
-    rollout = Rollout(RolloutSettings(n_envs=1, min_action_width=2, action_width=6), Clock())
+    rollout = Rollout(RolloutSettings(n_envs=1, min_action_width=2, refuse_wider=True, action_width=6), Clock())
     connect(rollout, horizon=1, width=6)
     [infer] = messages(rollout.poll(lambda env: obs(0)))
     answer(rollout, infer, horizon=1, width=6)
@@ -205,8 +205,14 @@ def test_a_wider_action_is_accepted_when_the_configured_width_says_so():
     assert rollout.on_frame(rollout.epoch, metadata_frame(horizon=1, width=7)).kind == "error"
 
 
+def test_a_driver_that_applies_any_width_accepts_a_wider_action():
+    rollout = Rollout(RolloutSettings(n_envs=1, min_action_width=2), Clock())
+    connect(rollout, horizon=1, width=6)
+    assert rollout.expected_width == 6
+
+
 def test_the_announced_shape_wins_over_the_configured_one():
-    rollout = Rollout(RolloutSettings(n_envs=1, min_action_width=2, action_horizon=8, action_width=7), Clock())
+    rollout = Rollout(RolloutSettings(n_envs=1, action_horizon=8, action_width=7), Clock())
     connect(rollout, horizon=3, width=2)
     assert (rollout.expected_horizon, rollout.expected_width) == (3, 2)
 

@@ -34,6 +34,9 @@ class RolloutSettings:
 
     n_envs: int
     min_action_width: int = 1  # the sinks read action values [0, min_action_width)
+    # the sinks read exactly min_action_width values: an announced wider action is refused (unless it is
+    # action_width); off for a driver that applies whatever width comes (the headless probe)
+    refuse_wider: bool = False
     action_horizon: int | None = None  # expected H when the trainer does not announce it
     action_width: int | None = None  # expected width when the trainer does not announce it
     replan_steps: int = 0  # run at most this many steps of each chunk; 0 = all
@@ -140,7 +143,9 @@ class Rollout:
         who means to ignore the extra values says so by configuring that width.
         """
         needed = self.settings.min_action_width
-        if width is None or width == needed or (width > needed and width == self.settings.action_width):
+        if width is None or width == needed:
+            return
+        if width > needed and (not self.settings.refuse_wider or width == self.settings.action_width):
             return
         detail = f"{width}, but the configured actions read {needed} values per step"
         if width > needed:

@@ -73,6 +73,7 @@ class BridgeNode(Node):
             RolloutSettings(
                 n_envs=len(config.envs),
                 min_action_width=config.action_width_needed,
+                refuse_wider=True,
                 action_horizon=config.control.action_horizon or None,
                 action_width=config.control.action_dim or None,
                 replan_steps=config.control.replan_steps,
