@@ -370,6 +370,7 @@ def test_demo_launch_file_starts_the_three_executables_with_the_demo_config():
 
 
 @pytest.mark.ros
+@pytest.mark.websockets
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["lockstep", "timer"])
 def test_episodes_that_reach_the_target_report_success_through_the_bridge(mode):
