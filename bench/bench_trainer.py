@@ -146,7 +146,7 @@ class BenchTrainer:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with await serve_trainer(self.handle, "127.0.0.1", self.args.port, close_timeout=5.0) as server:
+        async with await serve_trainer(self.handle, self.args.host, self.args.port, close_timeout=5.0) as server:
             port = next(iter(server.sockets)).getsockname()[1]
             print(f"PORT {port}", flush=True)
             while not stop.is_set():
@@ -165,6 +165,7 @@ def _probe_t(obs: Any) -> list[float] | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--horizon", type=int, default=4)
     parser.add_argument("--action-dim", type=int, default=2)

@@ -237,8 +237,9 @@ def standard_arguments(parser: Any, repeat: int) -> None:
 class TrainerChild(Child):
     """``bench_trainer.py`` in its own process (so it never shares the GIL with what is measured)."""
 
-    def __init__(self, *args: str) -> None:
-        super().__init__(python_script("bench_trainer.py", *args))
+    def __init__(self, *args: str, prefix: Sequence[str] = ()) -> None:
+        # prefix: e.g. ``ip netns exec NAME`` to serve inside a network namespace
+        super().__init__([*prefix, *python_script("bench_trainer.py", *args)])
         self.port = 0
         wait_for(self._read_port, 20.0, "the bench trainer to listen")
 

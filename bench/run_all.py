@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-BENCHMARKS = ("codec", "observation", "action", "timing", "step_rate", "throughput", "policy_execution")
+BENCHMARKS = ("codec", "observation", "action", "timing", "step_rate", "throughput", "policy_execution", "network")
 
 
 def run_benchmark(name: str, out: Path, quick: bool) -> Path | None:
@@ -171,11 +171,43 @@ def plot_throughput(results: dict[str, Any], path: Path) -> bool:
     return _save(plt, fig, ax, path, legend_size=None)
 
 
+def plot_network(results: dict[str, Any], path: Path) -> bool:
+    rows = [r for r in results["rows"] if r.get("group") == "rtt"]
+    if not rows:
+        return False
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    for ax, mode in zip(axes, ("lockstep", "timer")):
+        for h in sorted({r["horizon"] for r in rows}):
+            for reuse in (True, False):
+                line = sorted(
+                    (r["rtt_ms"], r["rate"]) for r in rows if (r["mode"], r["horizon"], r["reuse"]) == (mode, h, reuse)
+                )
+                if line:
+                    ax.plot(
+                        *zip(*line),
+                        marker="o",
+                        linestyle="-" if reuse else "--",
+                        label=f"H={h}, reuse {'on' if reuse else 'off'}",
+                    )
+        ax.set_title(f"{mode}")
+        ax.set_xlabel("round-trip time, ms")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("env steps per second (1 env)")
+    axes[1].legend(fontsize=8)
+    fig.suptitle("Env-step rate vs round-trip time (probe robot + bridge)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 # -- the report ------------------------------------------------------------------------
 
 
 def build_report(out: Path, title: str) -> Path:
     import bench_action
+    import bench_network
     import bench_observation
     import bench_policy_execution
     import bench_step_rate
@@ -195,6 +227,7 @@ def build_report(out: Path, title: str) -> Path:
         ("step_rate", bench_step_rate, None),
         ("throughput", bench_throughput, plot_throughput),
         ("policy_execution", bench_policy_execution, None),
+        ("network", bench_network, plot_network),
     )
     for name, module, plot in renderers:
         path = out / f"{name}.json"

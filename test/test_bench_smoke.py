@@ -43,6 +43,7 @@ def test_the_codec_benchmark_prints_its_table():
         ("throughput", "| client | n | reuse | env steps/s |"),
         ("policy_execution", "| H | latency ms | mode | idle % |"),
         ("record", "| writer | case | µs per call | x no-op call | x memcpy of frames |"),
+        ("network", "| mode | H | reuse | 0 ms: steps/s (idle) |"),
     ],
 )
 def test_each_benchmark_prints_its_table_and_saves_its_results(tmp_path, name, header):

@@ -819,6 +819,25 @@ def test_each_env_reads_and_commands_its_own_namespace(tmp_path, robot):
         assert [m.data[0] for m in inbox.msgs()[:6]] == [100.0 * (env + 1) + k for k in (0, 1, 2, 0, 1, 2)]
 
 
+def test_diagnostics_report_the_uplink_bytes_per_env_step(tmp_path, robot):
+    # With the step rate, this tells an operator on a capped uplink that the link, not the robot, is the limit.
+    params = {
+        "observations": STATE,
+        "actions": {"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1], "idle": "none"}},
+    }
+    robot.stream(Float64MultiArray, "/state", float_state(1.0))
+    diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
+
+    def per_step(msg: DiagnosticArray) -> str:
+        return statuses(msg).get(f"{DIAG_PREFIX}: trainer", (0, "", {}))[2].get("bytes sent per env step", "-")
+
+    with ScriptedTrainer({"action_horizon": 3, "action_dim": 1}, per_env_chunk(3)) as trainer:
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)):
+            _, msg = first_diag(diagnostics, lambda m: per_step(m) != "-", 30, "a bytes-per-step figure")
+    # an infer and a feedback per 3-step chunk, each at least a msgpack map with the state: tens of bytes a step
+    assert 10 < float(per_step(msg).replace(",", "")) < 100_000, per_step(msg)
+
+
 # -- f. a stale sensor -----------------------------------------------------------------------
 
 

@@ -121,6 +121,7 @@ class BridgeNode(Node):
         from diagnostic_msgs.msg import DiagnosticArray
 
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._uplink_mark = (0, 0)  # (bytes sent, env steps) at the last diagnostics report
         period = config.control.period_s
         if self._lockstep:
             # housekeeping only (resets, deadlines, batching windows); steps are event-driven
@@ -456,6 +457,15 @@ class BridgeNode(Node):
             return OK, "chunk done, feedback queued"
         return OK, "waiting for the trainer" if self.rollout.connected else "waiting for the trainer connection"
 
+    def _bytes_per_step(self, bytes_sent: int) -> str:
+        """Uplink bytes per env step since the last report: with the step rate, whether the link is the limit."""
+        steps = sum(env.steps_total for env in self.rollout.envs)
+        last_bytes, last_steps = self._uplink_mark
+        self._uplink_mark = (bytes_sent, steps)
+        if steps == last_steps:
+            return "-"
+        return f"{(bytes_sent - last_bytes) / (steps - last_steps):,.0f}"
+
     def _publish_diagnostics(self) -> None:
         now_ns = self._now_ns()
         rollout = self.rollout
@@ -474,6 +484,7 @@ class BridgeNode(Node):
             "feedbacks sent": str(rollout.feedbacks_sent),
             "bytes sent": str(client.bytes_sent),
             "bytes received": str(client.bytes_received),
+            "bytes sent per env step": self._bytes_per_step(client.bytes_sent),
         }
         if rollout.metadata is not None:
             trainer.values.update({f"trainer {k}": v for k, v in rollout.metadata.describe().items()})

@@ -28,9 +28,12 @@ def action_value(step: int, env: int, dim: int) -> float:
 class ProbeEnvs:
     """``n`` probe envs with ``action_dim``-wide actions, stepped in-process."""
 
-    def __init__(self, n: int, action_dim: int) -> None:
+    def __init__(self, n: int, action_dim: int, episode_steps: int = 0) -> None:
         self.n = n
         self.action_dim = action_dim
+        # 0: the probe's own lengths (3, 5, 7, ...); else every episode this long (benchmarks of long
+        # chunks: a 3-step episode would end every chunk early; a probe-checking trainer then fails it)
+        self.episode_steps = episode_steps
         self.t = np.zeros(n, dtype=np.int64)
         self.a = np.zeros((n, action_dim), dtype=np.float64)
 
@@ -38,7 +41,7 @@ class ProbeEnvs:
         """Apply one action to env ``env``: (reward, terminated)."""
         self.a[env] = np.asarray(action, dtype=np.float64).reshape(self.action_dim)
         self.t[env] += 1
-        return 1.0, bool(self.t[env] >= episode_length(env))
+        return 1.0, bool(self.t[env] >= (self.episode_steps or episode_length(env)))
 
     def reset(self, env: int) -> None:
         self.t[env] = 0

@@ -33,9 +33,9 @@ def namespace(env: int) -> str:
 class ProbeRobot(Node):
     """The probe envs behind ROS topics; every action message is exactly one step."""
 
-    def __init__(self, n_envs: int, action_dim: int) -> None:
+    def __init__(self, n_envs: int, action_dim: int, episode_steps: int = 0) -> None:
         super().__init__("plugrl_probe_robot")
-        self.envs = ProbeEnvs(n_envs, action_dim)
+        self.envs = ProbeEnvs(n_envs, action_dim, episode_steps)
         qos = qos_profile("reliable", 100)
         self._pubs = []
         for i in range(n_envs):
@@ -90,9 +90,17 @@ def main(args: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="plugrl-probe-robot", description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=1, help="number of probe envs (namespaces probe0, probe1, ...)")
     parser.add_argument("--action-dim", type=int, default=2, help="action width per step (default %(default)s)")
+    parser.add_argument(
+        "--episode-steps",
+        type=int,
+        default=0,
+        help="every episode this long instead of the probe's 3, 5, 7 (benchmarks; not probe-conformant)",
+    )
     options = parser.parse_args(argv)
+    if options.episode_steps < 0:
+        parser.error("--episode-steps must not be negative")
     init_ros(args)
-    node = ProbeRobot(options.envs, options.action_dim)
+    node = ProbeRobot(options.envs, options.action_dim, options.episode_steps)
     return spin_until_shutdown(node)
 
 
