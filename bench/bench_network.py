@@ -76,7 +76,9 @@ def run_rtt_group(horizon: int, reuse: bool, mode: str, rtts: tuple[int, ...], s
             common.wait_for(lambda: trainer.stats()["steps"] > 2, 60.0, "the bridge's first steps")
             for rtt in rtts:
                 relay.rtt_s = rtt / 1000
-                rate = measure(trainer, seconds, settle=1.0 + horizon / RATE_HZ + 2 * rtt / 1000)
+                # steps are counted per feedback: a window of at least 8 chunks keeps the count's granularity small
+                chunk_s = horizon / RATE_HZ + rtt / 1000
+                rate = measure(trainer, max(seconds, 8 * chunk_s), settle=1.0 + 2 * chunk_s)
                 rows.append(
                     {"horizon": horizon, "reuse": reuse, "mode": mode, "rtt_ms": rtt, "loss": 0.0, "rate": rate}
                 )

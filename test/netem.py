@@ -67,7 +67,9 @@ class Relay:
         self._thread = threading.Thread(target=self._loop.run_forever, name="plugrl-netem-relay", daemon=True)
         self.port = 0
         self.bytes_up = 0  # bridge -> trainer, delivered
-        self._writes_down = 0  # chunks delivered to the bridge (the metadata, then one per action)
+        self._writes_down = 0  # most chunks delivered to the bridge on one connection (metadata, then per action)
+        self._trainer_closes = 0  # connections the trainer's side closed (seen by the relay, delivered or not)
+        self._closes_before_partition = 0
         self._progress = threading.Condition()
 
     # -- control (any thread) --------------------------------------------------
@@ -85,6 +87,8 @@ class Relay:
 
     def partition(self) -> None:
         """Hold every byte in both directions and close nothing: a link that went silent."""
+        with self._progress:
+            self._closes_before_partition = self._trainer_closes
         self._loop.call_soon_threadsafe(self._open.clear)
 
     def heal(self) -> None:
@@ -96,13 +100,23 @@ class Relay:
         self._call(self._cut())
 
     def wait_writes_down(self, n: int, timeout: float) -> bool:
-        """Wait until ``n`` chunks have reached the bridge (one per trainer message, in lockstep)."""
+        """Wait until ``n`` chunks have reached the bridge on one connection (about one per trainer message)."""
         with self._progress:
             return self._progress.wait_for(lambda: self._writes_down >= n, timeout)
 
-    def _delivered_down(self) -> None:
+    def wait_trainer_closed(self, timeout: float) -> bool:
+        """Wait until the trainer's side closes a connection after :meth:`partition` (held, not yet delivered)."""
         with self._progress:
-            self._writes_down += 1
+            return self._progress.wait_for(lambda: self._trainer_closes > self._closes_before_partition, timeout)
+
+    def _trainer_closed(self) -> None:
+        with self._progress:
+            self._trainer_closes += 1
+            self._progress.notify_all()
+
+    def _delivered_down(self, on_this_connection: int) -> None:
+        with self._progress:
+            self._writes_down = max(self._writes_down, on_this_connection)
             self._progress.notify_all()
 
     @property
@@ -165,6 +179,7 @@ class _Pair:
         self.down_r, self.down_w, self.up_r, self.up_w = down_r, down_w, up_r, up_w
         self.task: asyncio.Task | None = None
         self.half_open = False
+        self.writes_down = 0
         self._tasks: list[asyncio.Task] = []
 
     async def run(self) -> None:
@@ -172,14 +187,14 @@ class _Pair:
         self._tasks = [
             asyncio.ensure_future(self._read(self.down_r, up)),
             asyncio.ensure_future(self._write(up, self.up_w, count=True)),
-            asyncio.ensure_future(self._read(self.up_r, down)),
+            asyncio.ensure_future(self._read(self.up_r, down, on_eof=self.relay._trainer_closed)),
             asyncio.ensure_future(self._write(down, self.down_w, count=False)),
         ]
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for writer in (self.up_w, self.down_w):
             writer.close()
 
-    async def _read(self, reader: asyncio.StreamReader, direction: _Direction) -> None:
+    async def _read(self, reader: asyncio.StreamReader, direction: _Direction, on_eof=None) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -195,6 +210,8 @@ class _Pair:
             direction.queue.append((release, data))
             direction.wake.set()
             if not data:
+                if on_eof is not None:
+                    on_eof()
                 return
 
     async def _write(self, direction: _Direction, writer: asyncio.StreamWriter, count: bool) -> None:
@@ -222,7 +239,8 @@ class _Pair:
             if count:
                 self.relay.bytes_up += len(data)
             else:
-                self.relay._delivered_down()
+                self.writes_down += 1
+                self.relay._delivered_down(self.writes_down)
 
     def cut(self) -> None:
         self.half_open = True

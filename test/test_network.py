@@ -158,3 +158,23 @@ def test_every_probe_clause_passes_with_packet_loss(netns, loss):
         trainer.end()
     assert code == 0, output
     assert_every_clause_passes(report, output, 12)
+
+
+def test_a_partition_longer_than_the_trainers_feedback_timeout_closes_its_side_and_the_bridge_recovers(relayed):
+    # The trainer gives up after 4 s without feedback; the bridge's own bound is set out of the way
+    # (60 s), so what it learns after the partition is the trainer's close, delivered late.
+    trainer, relay = relayed(trainer_settings(horizon=50, feedbacks_per_connection=8, feedback_timeout_s=4.0))
+    with process(probe_command(relay.uri, "--mode", "timer", "--answer-timeout", "60")) as probe:
+        assert relay.wait_writes_down(4, 60), probe.output()
+        relay.partition()
+        # the trainer's close happens inside the partition (its close frame and FIN wait in the relay)
+        assert relay.wait_trainer_closed(60), probe.output()
+        held = probe.output()
+        relay.heal()
+        code = probe.wait(180)
+        report = trainer.report(timeout=30)
+        output = probe.output()
+    assert "(connection 2)" not in held, held
+    assert code == 0, output
+    assert "Feedback timeout" in output, output  # the bridge heard the trainer's close once the link came back
+    assert_every_clause_passes(report, output, 8)

@@ -296,11 +296,16 @@ class TestTrainer:
             after_server_close,
             large_metadata=len(self._metadata_frame) > _ONE_MIB,
         )
+        awaiting_feedback = False
         while True:
+            bound = s.feedback_timeout_s if awaiting_feedback and s.feedback_timeout_s > 0 else None
             try:
-                frame = await ws.recv()
+                frame = await asyncio.wait_for(ws.recv(), bound)
             except ConnectionClosed as exc:
                 return self._client_closed(exc, exchange)
+            except asyncio.TimeoutError:
+                return await self._feedback_timeout(link)
+            awaiting_feedback = False
             reply = exchange.receive(frame)
             if reply.abort is not None:
                 return await self._abort(link, reply.abort)
@@ -310,10 +315,22 @@ class TestTrainer:
                 await ws.send(reply.frame)
             except ConnectionClosed as exc:
                 return self._client_closed(exc, exchange)
+            awaiting_feedback = True  # only an infer is answered: an action went out
             # The ending comes right after an action, while the client holds
             # it: that is when a close or a crash hurts a client the most.
             if ending != "serve" and exchange.feedbacks >= s.feedbacks_per_connection:
                 return await self._end(link, ending, exchange)
+
+    async def _feedback_timeout(self, link: _Link) -> _Outcome:
+        """As a PlugRL server does: a client silent after an action is closed, and expected back."""
+        link.ending = True
+        self._rec.note(
+            f"connection {link.number}: no feedback within {self.settings.feedback_timeout_s:g} s of an action; "
+            "closed it (1001 Feedback timeout)"
+        )
+        code, reason = CLOSE_ENDINGS["timeout"]
+        await link.ws.close(code, reason)
+        return _Outcome("aborted", close_text(code, reason))
 
     def _client_closed(self, exc: ConnectionClosed, exchange: Exchange | None) -> _Outcome:
         code = exc.rcvd.code if exc.rcvd is not None else None

@@ -40,6 +40,9 @@ class TrainerSettings:
     grace_s: float = 1.5  # after the final ending: how long to watch for forbidden frames / reconnects
     n_envs: int | None = None  # if set, env indices must be < n_envs
     reconnect_window_s: float = 15.0  # how long a client may take to reconnect after a close that asks it to
+    # as a PlugRL server: no feedback this long after an action closes the connection (1001 "Feedback
+    # timeout") and the client is expected back; 0 = wait for ever (the scripted "timeout" ending is separate)
+    feedback_timeout_s: float = 0.0
     tls_cert: str = ""  # PEM certificate chain: serve wss:// (with tls_key)
     tls_key: str = ""
 
@@ -73,7 +76,7 @@ class TrainerSettings:
                 raise ValueError(f"{name}: {getattr(self, name)} must be at least 1")
         if self.action_dtype not in ("<f4", "<f8"):
             raise ValueError(f"action_dtype: {self.action_dtype!r} is not '<f4' or '<f8'")
-        for name in ("metadata_delay_s", "grace_s", "reconnect_window_s"):
+        for name in ("metadata_delay_s", "grace_s", "reconnect_window_s", "feedback_timeout_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}: {getattr(self, name)} must be a non-negative number of seconds")
         if self.n_envs is not None and self.n_envs < 1:
