@@ -97,7 +97,8 @@ def tables(results: dict[str, Any]) -> str:
         for r in rows
     ]
     title = (
-        f"### Timer-mode step rate ({ENVS} probe robots at {RATE_HZ:g} Hz; before = {results['baseline'] or 'none'})"
+        f"### Timer-mode step rate ({ENVS} robots, 14-joint JointState, at {RATE_HZ:g} Hz; "
+        f"before = {results['baseline'] or 'none'})"
     )
     return title + "\n\n" + common.md_table(head, body)
 
