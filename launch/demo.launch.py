@@ -4,8 +4,11 @@
 
 The trainer ends the run after ``duration`` seconds, the bridge then exits by
 itself, the trainer writes returns.png and summary.json into ``output`` and
-exits, and that ends the launch. All behaviour lives in the executables.
+exits. The launch ends when any of the three exits (Ctrl-C too: the results
+so far are written). All behaviour lives in the executables.
 """
+
+import os
 
 from launch.actions import DeclareLaunchArgument, EmitEvent, ExecuteProcess, OpaqueFunction, RegisterEventHandler
 from launch.event_handlers import OnProcessExit
@@ -17,22 +20,44 @@ from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 from launch import LaunchDescription
 
 
+class LaunchArgumentError(Exception):
+    """A launch argument that cannot work; launch prints the message and ends."""
+
+
+def _number(context, name, kind, minimum, maximum=None):
+    """The launch argument ``name`` as ``kind`` (int or float) within [minimum, maximum], or a clear error."""
+    text = LaunchConfiguration(name).perform(context)
+    what = "a whole number" if kind is int else "a number"
+    bounds = f" from {minimum:g} to {maximum:g}" if maximum is not None else f" of at least {minimum:g}"
+    try:
+        value = kind(text)
+    except ValueError:
+        raise LaunchArgumentError(f"{name}:={text}: expected {what}{bounds}") from None
+    if not (value >= minimum and (maximum is None or value <= maximum)):  # NaN fails both
+        raise LaunchArgumentError(f"{name}:={text}: expected {what}{bounds}")
+    return value
+
+
 def _demo(context):
     def arg(name):
         return LaunchConfiguration(name).perform(context)
 
-    envs = int(arg("envs"))
+    envs = _number(context, "envs", int, 1, 64)
     mode = arg("mode")
-    rate = float(arg("rate"))
-    port = str(int(arg("port")))
-    seed = str(int(arg("seed")))
+    rate = _number(context, "rate", float, 0.1, 1000.0)
+    duration = _number(context, "duration", float, 1.0)
+    port = str(_number(context, "port", int, 1, 65535))
+    seed = str(_number(context, "seed", int, 0))
+    config = arg("config")
+    if not os.path.isfile(config):
+        raise LaunchArgumentError(f"config:={config}: no such params file")
     trainer = ExecuteProcess(
         cmd=[
             ExecutableInPackage("demo_trainer", "plugrl_ros"),
             "--port",
             port,
             "--duration",
-            arg("duration"),
+            repr(duration),
             "--seed",
             seed,
             "--output",
@@ -48,7 +73,7 @@ def _demo(context):
         package="plugrl_ros",
         executable="demo_robot",
         name="plugrl_demo_robot",
-        arguments=["--envs", str(envs), "--mode", mode, "--rate", str(rate), "--seed", seed],
+        arguments=["--envs", str(envs), "--mode", mode, "--rate", repr(rate), "--seed", seed],
         output="screen",
     )
     bridge = Node(
@@ -56,7 +81,7 @@ def _demo(context):
         executable="bridge",
         name="plugrl_bridge",
         parameters=[
-            LaunchConfiguration("config").perform(context),
+            config,
             {
                 "trainer.uri": f"ws://127.0.0.1:{port}",
                 "envs": [f"reacher{i}" for i in range(envs)],
@@ -67,11 +92,19 @@ def _demo(context):
         output="screen",
         emulate_tty=True,
     )
-    # The trainer exits last (after writing its results): then stop the robot too.
-    end = RegisterEventHandler(
-        OnProcessExit(target_action=trainer, on_exit=[EmitEvent(event=Shutdown(reason="the demo run ended"))])
-    )
-    return [trainer, robot, bridge, end]
+    # The run ends when any of the three exits: the trainer after writing its results, the bridge
+    # after the trainer's stop (or a fatal error), the robot only on a failure. Shutdown then sends
+    # the others SIGINT: the trainer still writes what it has, the bridge idles and closes with 1000.
+    ends = [
+        RegisterEventHandler(
+            OnProcessExit(
+                target_action=process,
+                on_exit=[EmitEvent(event=Shutdown(reason=f"{name} exited: the demo run is over"))],
+            )
+        )
+        for process, name in ((trainer, "the demo trainer"), (robot, "the demo robot"), (bridge, "the bridge"))
+    ]
+    return [trainer, robot, bridge, *ends]
 
 
 def generate_launch_description():

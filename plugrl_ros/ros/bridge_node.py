@@ -187,11 +187,13 @@ class BridgeNode(Node):
                 if result.metadata.ignored:
                     log.warning(f"ignoring malformed metadata keys: {', '.join(result.metadata.ignored)}")
                 self._poll()
-            elif result.kind == "action" and self._lockstep:
-                for env in result.envs:
-                    self._step(env)
             elif result.kind == "action":
-                self._start_chunks(result.envs)
+                log.debug(f"connection {event.epoch}: action, env(s) {list(result.envs)}, {len(event.frame)} bytes")
+                if self._lockstep:
+                    for env in result.envs:
+                        self._step(env)
+                else:
+                    self._start_chunks(result.envs)
         elif isinstance(event, Connected):
             self.rollout.on_connected(event.epoch)
             log.info(f"connected to the trainer at {event.uri} (connection {event.epoch})")
@@ -368,6 +370,8 @@ class BridgeNode(Node):
         inferring = [e.inferring for e in self.rollout.envs]
         for outgoing in self.rollout.poll(capture):
             self.link.send(self.rollout.epoch, outgoing)
+            envs = list(outgoing.env_indices)
+            self.get_logger().debug(f"connection {self.rollout.epoch}: {outgoing.kind}, env(s) {envs}")
         for env, before in zip(self.rollout.envs, inferring):
             if env.inferring and not before:
                 self._steps.asked(env.index)
