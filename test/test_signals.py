@@ -71,9 +71,9 @@ def test_the_bridge_idles_its_actuators_closes_with_1000_and_exits_0(tmp_path, r
             wait_until(lambda: sum(m.data[0] == 0.5 for m in cmd.msgs()) >= 5, 30, "the chunk running")
             t_signal = time.monotonic()
             ctrl_c(child.proc.pid, gap)
-            code = child.wait(20)
-            close = trainer.wait_closed(0, 5)
-            wait_until(lambda: cmd.msgs(t_signal) and cmd.msgs()[-1].data[0] == 0.0, 5, "a zero command at the end")
+            code = child.wait(60)
+            close = trainer.wait_closed(0, 15)
+            wait_until(lambda: cmd.msgs(t_signal) and cmd.msgs()[-1].data[0] == 0.0, 15, "a zero command at the end")
             output = child.output()
     assert_clean(code, output)
     assert "interrupted: idling the actuators" in output, output
@@ -90,7 +90,7 @@ def test_a_robot_node_exits_0(robot, module, topic, gap):
     with process(python_module(module, "--envs", "1"), session=True) as child:
         wait_until(lambda: robot.node.count_publishers(topic) >= 1, 60, f"a publisher of {topic}")
         ctrl_c(child.proc.pid, gap)
-        code = child.wait(20)
+        code = child.wait(60)
         output = child.output()
     assert_clean(code, output)
 
@@ -102,7 +102,7 @@ def test_the_demo_trainer_writes_its_results_and_exits_0(tmp_path, gap):
     with process(command, session=True) as child:
         wait_for_output(child, "listening on")
         ctrl_c(child.proc.pid, gap)
-        code = child.wait(30)
+        code = child.wait(60)
         output = child.output()
     assert_clean(code, output)
     assert "summary: episodes 0" in output, output
@@ -116,7 +116,7 @@ def test_the_test_trainer_prints_its_report_and_exits_0(gap):
     with process(command, session=True) as child:
         wait_for_output(child, "listening on")
         ctrl_c(child.proc.pid, gap)
-        code = child.wait(30)
+        code = child.wait(60)
         output = child.output()
     assert_clean(code, output)
     assert "interrupted" in output
@@ -129,7 +129,7 @@ def test_the_headless_probe_waiting_to_reconnect_exits_0(gap):
     with process(command, session=True) as child:
         wait_for_output(child, "cannot reach the trainer")
         ctrl_c(child.proc.pid, gap)
-        code = child.wait(30)
+        code = child.wait(60)
         output = child.output()
     assert_clean(code, output)
     assert "stopped after 0 feedbacks" in output, output
@@ -148,11 +148,11 @@ def test_the_ros_probe_stops_its_bridge_and_robot_in_order_and_exits_0():
     trainer = TrainerThread(settings)
     trainer.start()
     with process(python_module("plugrl_ros.tools.probe", "--server", trainer.uri), session=True) as child:
-        wait_until(lambda: child.output().count("connected to the trainer at") >= 2, 60, "the bridge's reconnect")
+        wait_until(lambda: child.output().count("connected to the trainer at") >= 2, 120, "the bridge's reconnect")
         ctrl_c(child.proc.pid, 0.05)
-        code = child.wait(30)
+        code = child.wait(60)
         output = child.output()
-    report = trainer.report(timeout=30)
+    report = trainer.report(timeout=60)
     assert_clean(code, output)
     assert "interrupted: idling the actuators" in output, output
     assert report.failed == 0, report.text()
@@ -210,7 +210,7 @@ def test_a_signal_while_an_executable_imports_ends_it_with_0_before_it_starts(tm
     command = [sys.executable, str(script), trigger, module]
     command += ["--ros-args", "--params-file", str(params)] if "bridge" in module else []
     with process(command) as child:
-        code = child.wait(30)
+        code = child.wait(60)
         output = child.output()
     assert f"two SIGINTs while importing {trigger}" in output, output
     assert_clean(code, output)
