@@ -564,12 +564,20 @@ class BridgeNode(Node):
             for io in self.envs:
                 io.reset.cancel()
                 io.idle(stamp)
+            deadline = time.monotonic() + _IDLE_DELIVERY_S
+            if not all([io.wait_delivered(deadline) for io in self.envs]):
+                self.get_logger().warning(
+                    f"an actuator did not acknowledge its idle command within {_IDLE_DELIVERY_S:g} s"
+                )
         finally:
             if self._converter_pool is not None:
                 self._converter_pool.shutdown(wait=False, cancel_futures=True)
             self.link.stop()
             self.link.join(self.config.trainer.close_timeout_s + 1.0)
 
+
+# How long the shutdown waits for the robot to acknowledge the idle commands (reliable QoS).
+_IDLE_DELIVERY_S = 1.0
 
 # rclpy can fail to take one message (seen with the Jazzy wheels, "Unable to convert call
 # argument", while a robot's publishers restart). Losing that message is better than

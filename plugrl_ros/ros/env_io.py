@@ -14,11 +14,13 @@ for messages newer than that moment.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
 import numpy as np
+from rclpy.duration import Duration
 from rclpy.node import Node
 from std_msgs.msg import Bool, Float32, Float64
 
@@ -362,6 +364,16 @@ class EnvIO:
             return
         for config, publisher, shaper in self._actuators:
             self._idle_one(config, publisher, shaper, stamp)
+
+    def wait_delivered(self, deadline: float) -> bool:
+        """Wait (until ``time.monotonic()`` reaches ``deadline``) for every actuator's subscribers to
+        acknowledge what was published; False if one did not. A reliable publisher destroyed with a
+        message still unacknowledged may never deliver it: the last idle command must arrive."""
+        delivered = True
+        for _, publisher, _ in self._actuators:
+            left = max(0.0, deadline - time.monotonic())
+            delivered = publisher.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9))) and delivered
+        return delivered
 
     @staticmethod
     def _idle_one(config: Any, publisher: Any, shaper: Any, stamp: Any) -> None:
