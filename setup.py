@@ -37,12 +37,12 @@ setup(
         "console_scripts": [
             # Every node, trainer and probe starts through plugrl_ros.executables (the bridge through its
             # own light module): Ctrl-C is safe from its first moment, before the heavy imports.
-            "bridge = plugrl_ros.ros.bridge_main:main",
+            "bridge = plugrl_ros.node.bridge_main:main",
             "demo_robot = plugrl_ros.executables:demo_robot",
             "demo_trainer = plugrl_ros.executables:demo_trainer",
             "probe_robot = plugrl_ros.executables:probe_robot",
             "test_trainer = plugrl_ros.executables:test_trainer",
-            "plugrl-bridge = plugrl_ros.ros.bridge_main:main",
+            "plugrl-bridge = plugrl_ros.node.bridge_main:main",
             "plugrl-demo = plugrl_ros.executables:demo",
             "plugrl-demo-robot = plugrl_ros.executables:demo_robot",
             "plugrl-demo-trainer = plugrl_ros.executables:demo_trainer",

@@ -41,9 +41,9 @@ class ActionPath:
 
         from plugrl_ros.protocol.codec import packb
         from plugrl_ros.protocol.messages import ObservationRow
+        from plugrl_ros.robot.env_io import EnvIO, ShapeGuard
         from plugrl_ros.rollout.rollout import RolloutSettings
         from plugrl_ros.ros.config import load_config
-        from plugrl_ros.ros.env_io import EnvIO, ShapeGuard
         from plugrl_ros.ros.qos import qos_profile
 
         self.n = n

@@ -121,8 +121,8 @@ class Pipeline:
         from rclpy.serialization import serialize_message
 
         from plugrl_ros.protocol.codec import packb
+        from plugrl_ros.robot.env_io import EnvIO, ShapeGuard
         from plugrl_ros.ros.config import load_config
-        from plugrl_ros.ros.env_io import EnvIO, ShapeGuard
 
         self.image_case = image_case
         self.n = n

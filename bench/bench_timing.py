@@ -4,7 +4,7 @@ Run: ``python bench/bench_timing.py [--quick] [--seconds S] [--json PATH]``.
 
 Real processes over DDS: ``sensor_node.py`` (two 640x480 rgb8 cameras at
 30 Hz and a 14-joint JointState at 100 Hz), the bridge (``python -m
-plugrl_ros.ros.bridge_main``, timer mode, one env, a 14-joint JointState
+plugrl_ros.node.bridge_main``, timer mode, one env, a 14-joint JointState
 actuator whose idle is ``zero`` so every tick publishes), and
 ``bench_trainer.py`` (chunks of 8 steps, reuse offered). This process
 subscribes to the actuator and reads each message's header stamp, which the
@@ -136,7 +136,7 @@ def run_one(rate: float, camera: str, reuse: bool, seconds: float, warmup: float
         try:
             started.append(common.Child(common.python_script("timer_node.py", "--rate", f"{rate:g}")))
             bridge = common.Child(
-                common.python_module("plugrl_ros.ros.bridge_main", "--ros-args", "--params-file", str(config))
+                common.python_module("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(config))
             )
             started.append(bridge)
             common.wait_for(lambda: trainer.stats()["feedbacks"] > 2, 30.0, "the bridge's first feedbacks")

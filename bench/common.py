@@ -114,9 +114,9 @@ def use_own_domain() -> None:
 def tune_like_the_bridge() -> None:
     """For a benchmark that runs the bridge's code in its own process: the process settings the bridge's
     ``main`` makes (allocator thresholds), where this version of the bridge makes them."""
-    from plugrl_ros.ros import bridge_node
+    from plugrl_ros.node import process
 
-    tune = getattr(bridge_node, "tune_process", None)
+    tune = getattr(process, "tune_process", None)
     if tune is not None:
         tune()
 

@@ -6,7 +6,7 @@ Opt-in (never run by the test suite)::
 
 What runs, all as real processes except the trainer:
 
-* the bridge (``plugrl_ros.ros.bridge_main``, config/probe.yaml with short timeouts);
+* the bridge (``plugrl_ros.node.bridge_main``, config/probe.yaml with short timeouts);
 * the probe robot with injected faults (this file, ``robot`` subcommand): now and then an env stops
   answering its steps for a while (a sensor silence: the bridge fails the env, truncates or reopens,
   resets it), and now and then a reset call fails (retried with backoff);
@@ -257,7 +257,7 @@ def bridge_command(uri: str, args: argparse.Namespace) -> list[str]:
         "reset.retry_max_s": "0.5",
         "status.log_period_s": "0.0",
     }
-    command = [sys.executable, "-m", "plugrl_ros.ros.bridge_main", "--ros-args", "--params-file"]
+    command = [sys.executable, "-m", "plugrl_ros.node.bridge_main", "--ros-args", "--params-file"]
     command.append(str(ROOT / "config" / "probe.yaml"))
     for key, value in overrides.items():
         command += ["-p", f"{key}:={value}"]

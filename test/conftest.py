@@ -48,3 +48,15 @@ def _websocket_tests_are_marked(request: pytest.FixtureRequest, monkeypatch: pyt
     monkeypatch.setattr(Connection, "__init__", observed)
     yield
     assert not opened, f"this test opened websocket connections ({', '.join(sorted(set(opened)))}): mark it websockets"
+
+
+@pytest.fixture
+def robot() -> Iterator[Any]:
+    """The fake robot of :class:`harness.Robot`: an rclpy node in this process, closed after the test."""
+    from harness import Robot  # here, not at the top: a test without ROS does not load rclpy
+
+    fake = Robot()
+    try:
+        yield fake
+    finally:
+        fake.close()

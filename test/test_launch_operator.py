@@ -16,13 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from harness import STATE, bridge_params, float_state, wait_until, write_params
 from launch_toolchain import Workspace, build_workspace
 from std_msgs.msg import Float64MultiArray
-from test_bridge_node import STATE, bridge_params, float_state, robot, wait_until, write_params
 from trainer_fixture import ScriptedTrainer
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
-__all__ = ["robot"]  # the fixture
 
 CTRL_CS = 10
 

@@ -1,4 +1,5 @@
-"""docs/design.md's layers: protocol, rollout and policy never import ROS or a higher layer; adapters never tools."""
+"""docs/design.md's layers: protocol, rollout and policy never import ROS or a higher layer; the robot side
+knows no mode; adapters never tools."""
 
 from __future__ import annotations
 
@@ -8,36 +9,43 @@ import pytest
 from harness import ROOT
 
 # layer -> modules it must never import (by top-level prefix)
+_ABOVE_PURE = ("plugrl_ros.robot", "plugrl_ros.train", "plugrl_ros.node", "plugrl_ros.record")
+_ROS_ADAPTERS_AND_ABOVE = ("plugrl_ros.ros", *_ABOVE_PURE, "plugrl_ros.tools", "plugrl_ros.demo", "rclpy")
+
+# layer -> modules it must never import (by top-level prefix)
 FORBIDDEN = {
-    "protocol": (
+    "protocol": ("plugrl_ros.rollout", "plugrl_ros.policy", *_ROS_ADAPTERS_AND_ABOVE),
+    "protocol/policy": ("plugrl_ros.rollout", "plugrl_ros.policy", *_ROS_ADAPTERS_AND_ABOVE),
+    "rollout": ("plugrl_ros.policy", *_ROS_ADAPTERS_AND_ABOVE, "websockets"),
+    "policy": ("plugrl_ros.rollout", *_ROS_ADAPTERS_AND_ABOVE, "websockets"),
+    # config and message adapters: below every mode and the robot side (record/ has no ROS: its settings are read here)
+    "ros": ("plugrl_ros.robot", "plugrl_ros.train", "plugrl_ros.node", "plugrl_ros.tools", "plugrl_ros.demo"),
+    # the robot side knows no mode: the PlugRL rollout, the policy runner and the recorder all drive it
+    "robot": (
         "plugrl_ros.rollout",
         "plugrl_ros.policy",
-        "plugrl_ros.ros",
+        "plugrl_ros.train",
+        "plugrl_ros.node",
+        "plugrl_ros.record",
         "plugrl_ros.tools",
         "plugrl_ros.demo",
-        "rclpy",
+        "websockets",
     ),
-    "protocol/policy": (
-        "plugrl_ros.rollout",
-        "plugrl_ros.policy",
+    "train": ("plugrl_ros.policy", "plugrl_ros.node", "plugrl_ros.record", "plugrl_ros.tools", "plugrl_ros.demo"),
+    "node": ("plugrl_ros.tools", "plugrl_ros.demo"),
+    # The recorder observes the node, it is not part of it: no rclpy (message definitions are read
+    # as files through ament_index), no node code, no rollout state.
+    "record": (
         "plugrl_ros.ros",
-        "plugrl_ros.tools",
-        "plugrl_ros.demo",
-        "rclpy",
-    ),
-    "rollout": ("plugrl_ros.policy", "plugrl_ros.ros", "plugrl_ros.tools", "plugrl_ros.demo", "rclpy", "websockets"),
-    "policy": (
+        "plugrl_ros.robot",
+        "plugrl_ros.train",
+        "plugrl_ros.node",
         "plugrl_ros.rollout",
-        "plugrl_ros.ros",
         "plugrl_ros.tools",
         "plugrl_ros.demo",
         "rclpy",
         "websockets",
     ),
-    "ros": ("plugrl_ros.tools", "plugrl_ros.demo"),
-    # The recorder observes the node, it is not part of it: no rclpy (message definitions are read
-    # as files through ament_index), no node code, no rollout state.
-    "record": ("plugrl_ros.ros", "plugrl_ros.rollout", "plugrl_ros.tools", "plugrl_ros.demo", "rclpy", "websockets"),
 }
 
 
@@ -54,7 +62,9 @@ def imports(path) -> set[str]:
 @pytest.mark.parametrize("layer", list(FORBIDDEN))
 def test_a_lower_layer_never_imports_a_higher_one(layer):
     offenders = []
-    for path in (ROOT / "plugrl_ros" / layer).glob("*.py"):
+    paths = sorted((ROOT / "plugrl_ros" / layer).glob("*.py"))
+    assert paths, f"no layer {layer}: the table names a package that moved"
+    for path in paths:
         for name in imports(path):
             if any(name == bad or name.startswith(bad + ".") or name.startswith(bad + "_") for bad in FORBIDDEN[layer]):
                 offenders.append(f"{path.name} imports {name}")

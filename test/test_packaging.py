@@ -133,7 +133,7 @@ def test_the_launch_file_starts_the_bridge_executable_with_the_shipped_config():
     assert arguments == {"config", "mode", "server_uri", "policy_uri", "namespace", "log_level"}
     assert 'executable="bridge"' in source and '"bridge.yaml"' in source
     entry_points = (ROOT / "setup.py").read_text()
-    assert re.search(r'"bridge = plugrl_ros\.ros\.bridge_main:main"', entry_points)
+    assert re.search(r'"bridge = plugrl_ros\.node\.bridge_main:main"', entry_points)
 
 
 @pytest.mark.ros
@@ -223,13 +223,13 @@ def test_every_console_script_starts_with_the_stop_handlers_before_its_heavy_imp
     for name in operated:
         target = scripts[name]
         module, function = target.split(":")
-        assert module in ("plugrl_ros.executables", "plugrl_ros.ros.bridge_main"), f"{name} -> {target}"
+        assert module in ("plugrl_ros.executables", "plugrl_ros.node.bridge_main"), f"{name} -> {target}"
         assert callable(getattr(importlib.import_module(module), function)), f"{name} -> {target}"
     for module in executables.MODULES.values():
         assert callable(importlib.import_module(module).main), module
     # the light modules import nothing heavy: the handlers are in place before rclpy is
     light = [ROOT / "plugrl_ros" / "executables.py", ROOT / "plugrl_ros" / "stop_request.py"]
-    light.append(ROOT / "plugrl_ros" / "ros" / "bridge_main.py")
+    light.append(ROOT / "plugrl_ros" / "node" / "bridge_main.py")
     for path in light:
         modules = set()
         for node in ast.parse(path.read_text()).body:  # top-level imports only
@@ -281,7 +281,7 @@ def test_without_opencv_an_image_source_fails_at_startup_naming_what_to_install(
         "    observations:\n      images:\n        camera: {topic: image, type: sensor_msgs/Image}\n"
         "    actions:\n      cmd: {topic: cmd, type: std_msgs/Float64MultiArray, slice: [0, 1]}\n"
     )
-    command = executables_command("plugrl_ros.ros.bridge_main", "--ros-args", "--params-file", str(params))
+    command = executables_command("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(params))
     done = subprocess.run(
         command, check=False, env=_without_opencv(tmp_path), capture_output=True, text=True, timeout=60
     )
@@ -294,7 +294,7 @@ def test_without_opencv_an_image_source_fails_at_startup_naming_what_to_install(
 @pytest.mark.ros
 def test_without_opencv_the_bridge_starts_for_a_config_without_images(tmp_path):
     params = ROOT / "config" / "probe.yaml"
-    command = executables_command("plugrl_ros.ros.bridge_main", "--ros-args", "--params-file", str(params))
+    command = executables_command("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(params))
     with process(command, env=_without_opencv(tmp_path)) as child:
         assert _wait_for_text(child, "env(s):", 30), child.output()
         assert child.stop() == 0, child.output()

@@ -93,7 +93,7 @@ def bridge_for_probe(uri: str, envs: int, mode: str) -> list[str]:
     """The bridge as plugrl-probe starts it: the shipped config/probe.yaml with this run's trainer and envs."""
     names = ", ".join(f"'probe{i}'" for i in range(envs))
     return python_module(
-        "plugrl_ros.ros.bridge_main",
+        "plugrl_ros.node.bridge_main",
         "--ros-args",
         "--params-file",
         str(shipped_file("config", "probe.yaml")),

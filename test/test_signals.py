@@ -17,15 +17,23 @@ import time
 
 import numpy as np
 import pytest
-from harness import TrainerThread, process, python_module
+from harness import (
+    STATE,
+    TrainerThread,
+    bridge_params,
+    float_state,
+    free_port,
+    process,
+    python_module,
+    wait_until,
+    write_params,
+)
 from std_msgs.msg import Float64MultiArray
-from test_bridge_node import STATE, bridge_params, float_state, free_port, robot, wait_until, write_params
 from trainer_fixture import ScriptedTrainer
 
 from plugrl_ros.tools.test_trainer import TrainerSettings
 
 pytestmark = [pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow]
-__all__ = ["robot"]  # the fixture
 
 # seconds between the two SIGINTs: at once, while the first one's shutdown runs, after it
 GAPS = [0.0, 0.05, 0.5]
@@ -66,7 +74,7 @@ def test_the_bridge_idles_its_actuators_closes_with_1000_and_exits_0(tmp_path, r
 
     with ScriptedTrainer({"action_horizon": 500, "action_dim": 1}, long_chunk) as trainer:
         path = write_params(tmp_path / "bridge.yaml", bridge_params(trainer.uri, **params))
-        command = [*python_module("plugrl_ros.ros.bridge_main"), "--ros-args", "--params-file", str(path)]
+        command = [*python_module("plugrl_ros.node.bridge_main"), "--ros-args", "--params-file", str(path)]
         with process(command, session=True) as child:
             wait_until(lambda: sum(m.data[0] == 0.5 for m in cmd.msgs()) >= 5, 30, "the chunk running")
             t_signal = time.monotonic()
@@ -188,7 +196,7 @@ sys.exit(start(module))
 @pytest.mark.parametrize(
     ("module", "trigger"),
     [
-        ("plugrl_ros.ros.bridge_node", "rclpy"),
+        ("plugrl_ros.node.process", "rclpy"),
         ("plugrl_ros.demo.robot_node", "rclpy"),
         ("plugrl_ros.tools.probe_robot", "rclpy"),
         ("plugrl_ros.demo.trainer", "numpy"),
@@ -208,7 +216,7 @@ def test_a_signal_while_an_executable_imports_ends_it_with_0_before_it_starts(tm
     script = tmp_path / "start.py"
     script.write_text(SIGNAL_ON_IMPORT)
     command = [sys.executable, str(script), trigger, module]
-    command += ["--ros-args", "--params-file", str(params)] if "bridge" in module else []
+    command += ["--ros-args", "--params-file", str(params)] if module == "plugrl_ros.node.process" else []
     with process(command) as child:
         code = child.wait(60)
         output = child.output()

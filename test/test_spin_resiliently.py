@@ -6,7 +6,7 @@ from collections import deque
 
 import pytest
 
-from plugrl_ros.ros.bridge_node import _TRANSIENT_FAULTS_ALLOWED, spin_resiliently
+from plugrl_ros.node.process import _TRANSIENT_FAULTS_ALLOWED, spin_resiliently
 
 pytestmark = [pytest.mark.ros]
 

@@ -30,7 +30,6 @@ import sys
 from collections.abc import Callable
 
 import numpy as np
-import rclpy
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float32, Float64MultiArray, MultiArrayDimension
@@ -40,6 +39,7 @@ from plugrl_ros import opencv
 from plugrl_ros.demo.reacher import JOINT_NAMES, Reacher, ReacherSpec
 from plugrl_ros.ros.qos import qos_profile
 from plugrl_ros.ros.spin import init_ros, spin_until_shutdown
+from plugrl_ros.ros_args import without_ros_args
 
 MODES = ("lockstep", "timer")
 # Timer mode: a driver that hears no command for this long stops the arm
@@ -175,7 +175,7 @@ class DemoRobot(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    argv = rclpy.utilities.remove_ros_args(sys.argv if args is None else args)[1:]
+    argv = without_ros_args(sys.argv if args is None else args)[1:]
     parser = argparse.ArgumentParser(prog="plugrl-demo-robot", description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=2, help="number of reachers (namespaces reacher0, reacher1, ...)")
     parser.add_argument("--mode", choices=MODES, default="lockstep", help="step per command, or run on a timer")

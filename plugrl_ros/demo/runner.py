@@ -203,7 +203,7 @@ def bridge_command(args: argparse.Namespace, config: Path, port: int) -> list[st
         # The robot then runs in real time at --rate: keep episodes as long in seconds as the config's
         # max_steps are at its 20 Hz (in lockstep a step is always 0.05 s of simulated time).
         overrides["episode.max_steps"] = str(max(1, round(EPISODE_S * args.rate)))
-    command = executables.command("plugrl_ros.ros.bridge_main", "--ros-args", "--params-file", str(config))
+    command = executables.command("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(config))
     for key, value in overrides.items():
         command += ["-p", f"{key}:={value}"]
     return command

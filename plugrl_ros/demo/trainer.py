@@ -30,6 +30,7 @@ from plugrl_ros.demo.results import EpisodeRecord, json_line, summarize, write_r
 from plugrl_ros.demo.session import SERVER_NAME, Session
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.errors import ProtocolError
+from plugrl_ros.ros_args import without_ros_args
 from plugrl_ros.tools.serving import TrainerThread, serve_trainer
 
 __all__ = [
@@ -254,7 +255,7 @@ async def _run_cli(settings: DemoTrainerSettings, trainer: DemoTrainer) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve one run, then print (and with --output, write) what was learned."""
-    args = _parser().parse_args(rclpy_free_args(sys.argv[1:] if argv is None else argv))
+    args = _parser().parse_args(without_ros_args(sys.argv[1:] if argv is None else argv))
     try:
         settings = DemoTrainerSettings(
             host=args.host,
@@ -285,12 +286,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted: the run ended early", file=sys.stderr)
         return 0
     return 0 if records else 1
-
-
-def rclpy_free_args(argv: Sequence[str]) -> list[str]:
-    """The arguments before any ``--ros-args`` (launch passes some to every process it starts)."""
-    argv = list(argv)
-    return argv[: argv.index("--ros-args")] if "--ros-args" in argv else argv
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.connection import Outgoing
 
 STOP_REASON = "plugrl-server-stop"
@@ -101,26 +102,6 @@ class ClientSettings:
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
                 return "ca_file", self.ca_file, f"cannot load it as a CA bundle: {reason}"
         return None
-
-
-class Backoff:
-    """Exponential reconnect delays with jitter, bounded; reset after a connection that made progress."""
-
-    def __init__(self, initial_s: float, max_s: float, rng: random.Random | None = None) -> None:
-        self._initial = initial_s
-        self._max = max_s
-        self._rng = rng or random.Random()
-        self._failures = 0
-
-    def next_delay(self) -> float:
-        base = min(self._max, self._initial * (2 ** min(self._failures, 30)))
-        self._failures += 1
-        # "equal jitter": never below half the base, so a fleet of robots
-        # restarting together spreads out without hammering the trainer.
-        return base / 2 + self._rng.uniform(0, base / 2)
-
-    def reset(self) -> None:
-        self._failures = 0
 
 
 # -- events the client reports to its consumer -------------------------------

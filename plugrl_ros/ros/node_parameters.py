@@ -22,13 +22,13 @@ from plugrl_ros.ros.declarations import declare
 from plugrl_ros.ros.param_sources import (
     NODE_SECTION_HINT,
     PARAMS_FILE,
-    ROS_ARGS,
     file_sections,
     override_rules,
     params_files,
     rule_key,
 )
 from plugrl_ros.ros.params import ConfigError
+from plugrl_ros.ros_args import ROS_ARGS
 
 
 def configure(node: Node, command_line: Sequence[str]) -> BridgeConfig:

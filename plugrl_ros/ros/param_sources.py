@@ -27,11 +27,10 @@ from typing import Any
 import yaml
 
 from plugrl_ros.ros.params import ConfigError
+from plugrl_ros.ros_args import split_ros_args
 
 PARAMS_FILE = "--params-file"
 PARAM_FLAGS = ("-p", "--param")
-ROS_ARGS = "--ros-args"
-END_OF_ROS_ARGS = "--"
 PARAMETERS_KEY = "ros__parameters"
 NODE_SECTION_HINT = "name the section '/**' (every node) or the node's name, e.g. 'plugrl_bridge'"
 LIST_TYPES = (
@@ -193,17 +192,12 @@ def _entries(node: yaml.MappingNode, keys: list[str]) -> Iterator[tuple[list[str
 
 def _ros_arguments(argv: Sequence[str]) -> list[tuple[str, str]]:
     """The (flag, value) pairs of params files and overrides inside ``--ros-args ... [--]`` blocks."""
+    ros = split_ros_args(argv)[1]
     found: list[tuple[str, str]] = []
-    inside = False
     i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == ROS_ARGS:
-            inside = True
-        elif arg == END_OF_ROS_ARGS:
-            inside = False
-        elif inside and (arg == PARAMS_FILE or arg in PARAM_FLAGS) and i + 1 < len(argv):
-            found.append((arg, argv[i + 1]))
+    while i < len(ros):
+        if (ros[i] == PARAMS_FILE or ros[i] in PARAM_FLAGS) and i + 1 < len(ros):
+            found.append((ros[i], ros[i + 1]))
             i += 1
         i += 1
     return found

@@ -99,7 +99,7 @@ def bridge_command(args: argparse.Namespace, config: str, action_dim: int, horiz
         "episode.max_steps": str(args.max_episode_steps),
         "actions.probe.slice": f"[0, {action_dim}]",
     }
-    command = executables.command("plugrl_ros.ros.bridge_main", "--ros-args", "--params-file", config)
+    command = executables.command("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", config)
     for key, value in overrides.items():
         if value != "":
             command += ["-p", f"{key}:={value}"]

@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-import rclpy
 from rclpy.node import Node
 from std_msgs.msg import Bool, Float32, Float64, Float64MultiArray
 from std_srvs.srv import Trigger
 
 from plugrl_ros.ros.qos import qos_profile
 from plugrl_ros.ros.spin import init_ros, spin_until_shutdown
+from plugrl_ros.ros_args import without_ros_args
 from plugrl_ros.tools.probe_env import ProbeEnvs
 
 
@@ -86,7 +86,7 @@ class ProbeRobot(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    argv = rclpy.utilities.remove_ros_args(sys.argv if args is None else args)[1:]
+    argv = without_ros_args(sys.argv if args is None else args)[1:]
     parser = argparse.ArgumentParser(prog="plugrl-probe-robot", description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=1, help="number of probe envs (namespaces probe0, probe1, ...)")
     parser.add_argument("--action-dim", type=int, default=2, help="action width per step (default %(default)s)")

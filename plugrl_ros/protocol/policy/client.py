@@ -22,10 +22,10 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.client import (
     CLOSE_NORMAL,
     CLOSE_PROTOCOL_ERROR,
-    Backoff,
     ClientSettings,
     ConnectFailed,
     Notice,

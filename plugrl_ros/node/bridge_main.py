@@ -13,7 +13,7 @@ from plugrl_ros.executables import start
 
 def main(args: list[str] | None = None) -> int:
     """``ros2 run plugrl_ros bridge --ros-args --params-file bridge.yaml``."""
-    return start("plugrl_ros.ros.bridge_node", args)
+    return start("plugrl_ros.node.process", args)
 
 
 if __name__ == "__main__":

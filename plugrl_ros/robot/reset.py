@@ -16,6 +16,7 @@ from rclpy.node import Node
 from std_msgs.msg import Bool
 from std_srvs.srv import Empty, Trigger
 
+from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.ros.config import ResetConfig, env_topic
 from plugrl_ros.ros.qos import qos_profile
 
@@ -46,6 +47,7 @@ class ResetProcedure:
         self.failures = 0  # consecutive
         self.total_failures = 0
         self.last_error = ""
+        self._backoff = Backoff(config.retry_initial_s, config.retry_max_s, jitter=False)
         self._future = None
         self._deadline = 0.0
         self._retry_at = 0.0
@@ -72,6 +74,7 @@ class ResetProcedure:
         """Begin resetting; :meth:`poll` reports completion."""
         assert not self.busy
         self.failures = 0
+        self._backoff.reset()
         if self._config.mode == "service":
             self._call()
         elif self._config.mode == "signal":
@@ -154,7 +157,7 @@ class ResetProcedure:
         self.failures += 1
         self.total_failures += 1
         self.last_error = error
-        delay = min(self._config.retry_max_s, self._config.retry_initial_s * 2 ** min(self.failures - 1, 20))
+        delay = self._backoff.next_delay()
         self._retry_at = self._clock_s() + delay
         self.state = ResetState.RETRY_WAIT
         self._node.get_logger().warning(

@@ -1,4 +1,4 @@
-"""One env's ROS side: its sensor subscriptions, reward and done topics, actuators and reset.
+"""One env's ROS side and all its per-env state: sensor subscriptions, reward and done topics, actuators, reset.
 
 Subscription callbacks only store the newest message (and count it); the
 conversion to numpy happens when an observation is actually needed, at most
@@ -25,9 +25,9 @@ from rclpy.node import Node
 from std_msgs.msg import Bool, Float32, Float64
 
 from plugrl_ros.protocol.messages import ObservationRow
+from plugrl_ros.robot.reset import ResetProcedure
 from plugrl_ros.ros.config import BridgeConfig, TopicConfig, env_topic
 from plugrl_ros.ros.qos import qos_profile, subscription_event_callbacks
-from plugrl_ros.ros.reset import ResetProcedure
 from plugrl_ros.ros.sources import ConversionError
 
 
@@ -120,6 +120,10 @@ class EnvIO:
         self._on_input = on_input
         self._lockstep = config.control.mode == "lockstep"
         self.problem = ""  # why the env cannot observe right now, for diagnostics
+        # The outcome of the step in flight could not be observed (stale, or a conversion failed):
+        # once it can be, the chunk is cut (the rest of it was planned for an old state).
+        self.interrupted = False
+        self.resetting = False  # a reset procedure runs (started by the robot side, not yet done)
         self.nonfinite_actions = 0
         self._clock_s = clock_s
         self.step_sent_s = 0.0  # when the last step went out (monotonic)

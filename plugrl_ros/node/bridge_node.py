@@ -1,0 +1,112 @@
+"""The bridge node: robots on ROS topics become PlugRL envs of one remote training run.
+
+A composition only: parameters -> config (:mod:`plugrl_ros.ros.node_parameters`),
+the robot side every mode drives (:class:`plugrl_ros.robot.robot_side.RobotSide`),
+the mode with its link and stepping rule (:class:`plugrl_ros.train.train_mode.TrainMode`),
+and the status it reports (:mod:`plugrl_ros.node.diagnostics`, :mod:`plugrl_ros.node.status`).
+The process around it (signals, allocator, spin loop) is :mod:`plugrl_ros.node.process`.
+All callbacks run on one single-threaded executor, so nothing needs locks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+
+from plugrl_ros.node.diagnostics import UplinkMeter, bridge_status, status_array
+from plugrl_ros.node.status import WAITING_FOR_CLOCK, status_line, waiting_for_clock
+from plugrl_ros.robot.robot_side import RobotSide
+from plugrl_ros.ros.config import BridgeConfig, check_environment
+from plugrl_ros.ros.node_parameters import configure
+from plugrl_ros.train.train_mode import TrainMode
+
+NODE_NAME = "plugrl_bridge"
+
+
+class BridgeNode(Node):
+    """One bridge: ``len(envs)`` robots sharing one trainer connection."""
+
+    def __init__(self, command_line: Sequence[str] | None = None, **kwargs: Any) -> None:
+        """``command_line``: what ``rclpy.init`` read (default ``sys.argv``), to name what rcl dropped."""
+        super().__init__(NODE_NAME, **kwargs)
+        self.config: BridgeConfig = configure(self, sys.argv if command_line is None else command_line)
+        check_environment(self.config, os.environ)
+        config = self.config
+        group = MutuallyExclusiveCallbackGroup()
+        self.transient_faults: deque[float] = deque()  # times of survived rclpy faults (see process.spin_resiliently)
+        # (no message is delivered before the executor spins, so the mode exists when the robot side calls it)
+        self.robot = RobotSide(self, config, group, self._on_input, self._on_pause)
+        self.mode = TrainMode(self, config, self.robot, group)
+
+        self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._uplink = UplinkMeter()
+        # Status runs on the steady clock: under use_sim_time a simulator that never
+        # publishes /clock would otherwise leave /diagnostics and the log silent.
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(
+            config.status.diagnostics_period_s, self._publish_diagnostics, callback_group=group, clock=steady
+        )
+        if config.status.log_period_s > 0:
+            self.create_timer(config.status.log_period_s, self._log_status, callback_group=group, clock=steady)
+        self._describe_startup()
+        self.mode.start()
+
+    @property
+    def finished(self) -> bool:
+        return self.mode.finished
+
+    @property
+    def exit_code(self) -> int:
+        return self.mode.exit_code
+
+    def _on_input(self, env: int) -> None:
+        self.mode.on_input(env)
+
+    def _on_pause(self, paused: bool) -> None:
+        self.mode.on_pause(paused)
+
+    def _describe_startup(self) -> None:
+        c = self.config
+        lockstep = self.mode.lockstep
+        envs = ", ".join(ns or "(no namespace)" for ns in c.envs)
+        topics = ", ".join(self.robot.envs[0].topics)
+        self.get_logger().info(
+            f"{len(c.envs)} env(s): {envs}; mode {c.control.mode}"
+            + (f" at {c.control.rate_hz:g} Hz" if not lockstep else "")
+            + f"; observing {topics}; trainer {c.trainer.uri}"
+            + ("; starting paused" if self.robot.pause.by_service else "")
+            + (
+                f"; dead-man switch on {c.pause.topic}: running only while it says false every "
+                f"{c.pause.max_age_s:g} s or more often"
+                if self.robot.pause.dead_man
+                else ""
+            )
+        )
+        if lockstep and any(a.idle != "none" for a in c.actions):
+            self.get_logger().info("lockstep mode publishes only chunk steps: idle behaviours are not used")
+
+    def _publish_diagnostics(self) -> None:
+        prefix = self.get_fully_qualified_name().lstrip("/") or NODE_NAME
+        entries = bridge_status(prefix, self.robot, self.mode, waiting_for_clock(self.get_clock()), self._uplink)
+        self._diagnostics.publish(status_array(entries, prefix, self.robot.stamp()))
+
+    def _log_status(self) -> None:
+        if waiting_for_clock(self.get_clock()):
+            self.get_logger().warning(WAITING_FOR_CLOCK)
+            return
+        self.get_logger().info(status_line(self.robot, self.mode))
+
+    def shutdown_gracefully(self) -> None:
+        """Idle every actuator first, then close the trainer connection with 1000."""
+        try:
+            self.robot.shutdown()
+        finally:
+            self.mode.stop()

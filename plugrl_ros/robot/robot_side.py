@@ -1,0 +1,154 @@
+"""The robot side every mode drives: each env's I/O, its reset, and whether the robots may move.
+
+A mode (the PlugRL rollout of train mode; the policy runner of deploy mode)
+owns only its link and its stepping rule. Through this interface it asks an
+env for a fresh observation, opens the env's reward window when a chunk
+starts from that observation, collects a step's result, publishes a step or
+the sinks' idle behaviour, and drives resets. Pause and the dead-man switch
+live here too: a pause idles every actuator, whatever the mode, and the mode
+hears of it through ``on_pause``.
+
+All of it runs on the node's one single-threaded executor: no locks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from rclpy.node import Node
+
+from plugrl_ros.protocol.messages import ObservationRow
+from plugrl_ros.robot.env_io import EnvIO, ShapeGuard
+from plugrl_ros.robot.pause import Pause
+from plugrl_ros.ros.config import BridgeConfig
+
+# Threads that convert images beside the executor (OpenCV releases the GIL): a small robot computer's cores.
+_CONVERTER_THREADS = 2
+# How long the shutdown waits for the robot to acknowledge the idle commands (reliable QoS).
+_IDLE_DELIVERY_S = 1.0
+
+
+class RobotSide:
+    """``len(config.envs)`` robots on ROS topics, with their pause; ``envs[i]`` is env ``i``'s I/O and state."""
+
+    def __init__(
+        self,
+        node: Node,
+        config: BridgeConfig,
+        callback_group: object,
+        on_input: Callable[[int], None],
+        on_pause: Callable[[bool], None],
+    ) -> None:
+        """``on_input(env)``: a message arrived for ``env``; ``on_pause(paused)``: the robots were paused/resumed."""
+        self._node = node
+        self._on_pause = on_pause
+        shapes = ShapeGuard()
+        # Image conversions (decoding, resizing) run here as messages arrive, off the control tick.
+        self._converter_pool = (
+            ThreadPoolExecutor(max_workers=_CONVERTER_THREADS, thread_name_prefix="plugrl-convert")
+            if config.images
+            else None
+        )
+        self.envs = [
+            EnvIO(node, i, ns, config, shapes, callback_group, on_input, time.monotonic, self._converter_pool)
+            for i, ns in enumerate(config.envs)
+        ]
+        self.pause = Pause(node, config.pause, callback_group, self._pause_changed)
+        self._applied_pause = self.pause.paused
+
+    # -- pause ---------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        """An operator (topic, service) or the dead-man switch holds the robots: no mode may move them."""
+        return self.pause.paused
+
+    def check_pause(self) -> None:
+        """Call on every control tick and event: a silent dead-man switch pauses the robots."""
+        self.pause.check()
+
+    def _pause_changed(self, source: str) -> None:
+        paused = self.pause.paused
+        if paused == self._applied_pause:
+            return
+        self._applied_pause = paused
+        self._on_pause(paused)
+        log = self._node.get_logger()
+        if paused:
+            log.warning(f"paused by {source}: actuators idle, running episodes are truncated")
+            self.idle_all()
+        else:
+            log.info(f"resumed by {source}")
+
+    # -- observing -----------------------------------------------------------
+
+    def now_ns(self) -> int:
+        """The node's clock (simulated time under use_sim_time)."""
+        return self._node.get_clock().now().nanoseconds
+
+    def stamp(self) -> Any:
+        return self._node.get_clock().now().to_msg()
+
+    def observe(self, env: int, now_ns: int) -> ObservationRow | None:
+        """``env``'s fresh observation, or None (``envs[env].problem`` says why)."""
+        return self.envs[env].observe(now_ns)
+
+    def begin_window(self, env: int) -> None:
+        """A chunk starts from the observation just taken: ``env``'s rewards and done flags count from now."""
+        self.envs[env].begin_window()
+
+    def step_result(self, env: int) -> tuple[float, bool, bool, bool]:
+        """(reward, terminated, truncated, success) of ``env`` since its last step result or window start."""
+        return self.envs[env].take_step_result()
+
+    # -- acting --------------------------------------------------------------
+
+    def publish(self, env: int, action: np.ndarray, stamp: Any) -> None:
+        """One step of ``action`` on ``env``'s actuators (shaped; a non-finite slice idles that actuator)."""
+        self.envs[env].publish(action, stamp)
+
+    def idle(self, env: int, stamp: Any) -> None:
+        """``env``'s actuators do their configured idle behaviour (not in lockstep)."""
+        self.envs[env].idle(stamp)
+
+    def idle_all(self) -> None:
+        stamp = self.stamp()
+        for io in self.envs:
+            io.idle(stamp)
+
+    def reset(self, env: int) -> bool:
+        """Drive ``env``'s reset (started on the first call, never while paused); True once it has completed.
+
+        From the start of a reset on, ``env`` observes only messages newer than that moment.
+        """
+        io = self.envs[env]
+        if not io.resetting:
+            if self.paused:
+                return False  # an operator paused the robots: do not move them
+            io.require_fresh()
+            io.reset.start()
+            io.resetting = True
+        if io.reset.poll():
+            io.resetting = False
+            return True
+        return False
+
+    def shutdown(self) -> None:
+        """Idle every actuator and stop every reset; the converter threads end."""
+        try:
+            stamp = self.stamp()
+            for io in self.envs:
+                io.reset.cancel()
+                io.idle(stamp)
+            deadline = time.monotonic() + _IDLE_DELIVERY_S
+            if not all([io.wait_delivered(deadline) for io in self.envs]):
+                self._node.get_logger().warning(
+                    f"an actuator did not acknowledge its idle command within {_IDLE_DELIVERY_S:g} s"
+                )
+        finally:
+            if self._converter_pool is not None:
+                self._converter_pool.shutdown(wait=False, cancel_futures=True)

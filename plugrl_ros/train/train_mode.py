@@ -1,0 +1,304 @@
+"""Train mode: the robot side driven by the PlugRL rollout core, over one trainer link.
+
+The mode owns the link, the rollout core (:mod:`plugrl_ros.rollout`) and the
+stepping rule (docs/design.md): in ``timer`` mode a wall-clock (or sim-clock)
+timer publishes one action step per env per tick and samples each step's
+result at a later tick; a new chunk's first step goes out as soon as it
+arrives (the rule is :mod:`plugrl_ros.rollout.timer_steps`). In ``lockstep``
+mode the next step is published as soon as every source of the env has
+produced a message newer than the last action. Everything else about the
+robots is the robot side's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from rclpy.node import Node
+
+from plugrl_ros.protocol.client import CloseKind, Connected, ConnectFailed, Disconnected, FrameReceived, Notice
+from plugrl_ros.protocol.messages import ObservationRow
+from plugrl_ros.robot.env_io import EnvIO
+from plugrl_ros.robot.robot_side import RobotSide
+from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
+from plugrl_ros.rollout.timer_steps import TimerSteps
+from plugrl_ros.ros.config import BridgeConfig
+from plugrl_ros.train.rates import RateMeter
+from plugrl_ros.train.trainer_link import Finished, LinkEvent, TrainerLink
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+
+
+def rollout_settings(config: BridgeConfig) -> RolloutSettings:
+    """What the rollout core needs to know, from the bridge's configuration."""
+    return RolloutSettings(
+        n_envs=len(config.envs),
+        min_action_width=config.action_width_needed,
+        refuse_wider=True,
+        action_horizon=config.control.action_horizon or None,
+        action_width=config.control.action_dim or None,
+        replan_steps=config.control.replan_steps,
+        max_episode_steps=config.episode.max_steps,
+        feedback_deadline_s=config.control.feedback_deadline_s,
+        batch_window_s=config.control.batch_window_s,
+        use_reuse=config.use_reuse,
+        text_format=config.text_format,  # type: ignore[arg-type]
+        fresh_episodes=config.reset.on_start,
+        resets=config.reset.mode != "none",
+    )
+
+
+class TrainMode:
+    """PlugRL stepping of ``robot`` for a trainer; :attr:`finished` once the run is over."""
+
+    def __init__(self, node: Node, config: BridgeConfig, robot: RobotSide, callback_group: object) -> None:
+        self._node = node
+        self.config = config
+        self.robot = robot
+        self.lockstep = config.control.mode == "lockstep"
+        self.finished = False
+        self.exit_code = EXIT_OK
+        self.rollout = Rollout(rollout_settings(config), clock=time.monotonic)
+        self.rollout.set_paused(robot.paused)
+        self._steps = TimerSteps(len(robot.envs), config.control.period_s)
+        self.loop_rate = RateMeter()  # control ticks, on the node's clock
+        self.step_rates = [RateMeter() for _ in robot.envs]  # each env's finished steps, on the node's clock
+        self.last_close = ""
+        self.reconnects = 0
+        period = config.control.period_s
+        if self.lockstep:
+            # housekeeping only (resets, deadlines, batching windows); steps are event-driven
+            node.create_timer(min(period, 0.01), self._housekeeping, callback_group=callback_group)
+        else:
+            node.create_timer(period, self._on_tick, callback_group=callback_group)
+        self.link = TrainerLink(node, config.trainer, self._on_link_event, callback_group)
+
+    def start(self) -> None:
+        self.link.start()
+
+    def stop(self) -> None:
+        """Close the trainer connection with 1000 (after the robot side idled the actuators)."""
+        self.link.stop()
+        self.link.join(self.config.trainer.close_timeout_s + 1.0)
+
+    def on_pause(self, paused: bool) -> None:
+        """The robot side paused or resumed the robots: running episodes are truncated."""
+        self.rollout.set_paused(paused)
+
+    # -- trainer events ------------------------------------------------------
+
+    def _on_link_event(self, event: LinkEvent) -> None:
+        log = self._node.get_logger()
+        if isinstance(event, FrameReceived):
+            result = self.rollout.on_frame(event.epoch, event.frame)
+            if result.kind == "error":
+                log.error(f"the trainer broke the protocol: {result.detail}; closing and reconnecting")
+                self.link.abort(event.epoch, result.detail)
+            elif result.kind == "metadata" and result.metadata is not None:
+                shown = ", ".join(f"{k}={v}" for k, v in result.metadata.describe().items()) or "nothing announced"
+                log.info(f"trainer metadata: {shown}")
+                if result.metadata.ignored:
+                    log.warning(f"ignoring malformed metadata keys: {', '.join(result.metadata.ignored)}")
+                self._poll()
+            elif result.kind == "action":
+                log.debug(f"connection {event.epoch}: action, env(s) {list(result.envs)}, {len(event.frame)} bytes")
+                if self.lockstep:
+                    for env in result.envs:
+                        self._step(env)
+                else:
+                    self._start_chunks(result.envs)
+        elif isinstance(event, Connected):
+            self.rollout.on_connected(event.epoch)
+            log.info(f"connected to the trainer at {event.uri} (connection {event.epoch})")
+        elif isinstance(event, Disconnected):
+            lost = self.rollout.on_disconnected(event.epoch)
+            self.last_close = f"{event.kind.value}: {event.detail}"
+            dropped = f"; dropped the chunks of env(s) {list(lost)}" if lost else ""
+            text = f"trainer connection closed ({event.kind.value}, {event.detail}){dropped}"
+            # (rclpy refuses one call site logging at two severities)
+            if event.kind in (CloseKind.STOP, CloseKind.CLIENT):
+                log.info(text)
+            else:
+                log.warning(text)
+            if event.kind in (CloseKind.RESYNC, CloseKind.LOST, CloseKind.ABORTED):
+                self.reconnects += 1
+        elif isinstance(event, ConnectFailed):
+            log.warning(
+                f"cannot reach the trainer at {self.config.trainer.uri}: {event.detail}; "
+                f"retrying in {event.retry_in_s:.1f} s",
+                throttle_duration_sec=15.0,
+            )
+        elif isinstance(event, Notice):
+            log.warning(event.text)
+        elif isinstance(event, Finished):
+            if event.kind is CloseKind.FATAL:
+                log.error(f"stopping: {event.detail}")
+                self.exit_code = EXIT_FATAL
+            elif event.kind is CloseKind.STOP:
+                log.info("the trainer finished the run (plugrl-server-stop); stopping")
+            self.finished = True
+
+    # -- stepping ------------------------------------------------------------
+
+    def _on_tick(self) -> None:
+        """Timer mode: sample the steps that are due, send what is due, publish this tick's steps."""
+        robot = self.robot
+        robot.check_pause()
+        now_ns = robot.now_ns()  # the node's clock: simulated time under use_sim_time
+        now_s = now_ns * 1e-9
+        self.loop_rate.add(now_s)
+        steps = self._steps
+        steps.tick()
+        stale = [io.stale_sources(now_ns) for io in robot.envs]
+        for io in robot.envs:
+            if steps.due(io.index, now_s):
+                self._evaluate(io, now_ns, bool(stale[io.index]))
+            self._check_failure(io, stale[io.index])
+        self._advance_resets()
+        self._poll(now_ns)
+        stamp = robot.stamp()
+        paused = robot.paused
+        for io in robot.envs:
+            i = io.index
+            action = None if paused or stale[i] else self.rollout.take_step(i)
+            if action is not None:
+                robot.publish(i, action, stamp)
+                steps.started(i, now_s)
+            elif not (paused or stale[i]) and (
+                steps.awaiting_answer(i) or (self.rollout.step_in_flight(i) and not steps.due(i, now_s))
+            ):
+                pass  # its next chunk's first step is on its way, or that step is still running: keep the command
+            else:
+                robot.idle(i, stamp)
+
+    def _start_chunks(self, envs: Sequence[int]) -> None:
+        """Timer mode: a new chunk's first step goes out the moment the chunk arrives, not at the next tick."""
+        robot = self.robot
+        robot.check_pause()
+        if robot.paused:
+            return
+        now_ns = robot.now_ns()
+        stamp = robot.stamp()
+        for i in envs:
+            if robot.envs[i].stale_sources(now_ns):
+                continue  # the next tick idles it
+            action = self.rollout.take_step(i)
+            if action is not None:
+                robot.publish(i, action, stamp)
+                self._steps.started(i, now_ns * 1e-9)
+
+    def _evaluate(self, io: EnvIO, now_ns: int, stale: bool) -> None:
+        i = io.index
+        if not self.rollout.step_in_flight(i) or not io.step_complete():
+            return  # no step, or a once-per-step topic has not reported this step yet
+        row = None if stale else self.robot.observe(i, now_ns)
+        if row is None:
+            # The step's outcome cannot be observed: wait, and cut the chunk
+            # once it can be (the rest of it was planned for an old state).
+            io.interrupted = True
+            return
+        reward, terminated, truncated, success = self.robot.step_result(i)
+        self.rollout.finish_step(i, reward, terminated, truncated, success, row, io.interrupted)
+        io.interrupted = False
+        self.step_rates[i].add(now_ns * 1e-9)
+
+    def on_input(self, env: int) -> None:
+        """A message arrived for ``env``. In lockstep it may complete the env's step."""
+        if not self.lockstep:
+            return
+        self.robot.check_pause()
+        io = self.robot.envs[env]
+        if self.rollout.step_in_flight(env):
+            if not io.step_complete():
+                return
+            self._evaluate(io, self.robot.now_ns(), stale=False)
+            self._advance_resets()
+            self._poll()
+            self._step(env)
+        elif self.rollout.envs[env].idle and self.rollout.connected:
+            self._poll()
+
+    def _step(self, env: int) -> None:
+        """Lockstep: publish ``env``'s next step at once."""
+        robot = self.robot
+        robot.check_pause()
+        if robot.paused:
+            return
+        action = self.rollout.take_step(env)
+        if action is None:
+            return
+        robot.publish(env, action, robot.stamp())
+
+    def _housekeeping(self) -> None:
+        """Lockstep: failures, resets, deadlines and batching windows, which no message arrival drives."""
+        self.robot.check_pause()
+        self.loop_rate.add(self.robot.now_ns() * 1e-9)
+        for io in self.robot.envs:
+            self._check_failure(io, [])
+        self._advance_resets()
+        self._poll()
+
+    def _check_failure(self, io: EnvIO, stale: list[str]) -> None:
+        """An env whose step result is ``env_timeout_s`` overdue has failed: take it out of the batch."""
+        timeout = self.config.control.env_timeout_s
+        i = io.index
+        if timeout <= 0 or not self.rollout.step_in_flight(i) or time.monotonic() - io.step_sent_s < timeout:
+            return
+        waiting = stale or io.step_waiting_for() or [io.problem or "its step result"]
+        cause = f"env {i}: no step result for {timeout:g} s (waiting for {', '.join(waiting)})"
+        log = self._node.get_logger()
+        if self.rollout.fail_env(i):
+            log.warning(f"{cause}; its episode is truncated at its last reported step")
+            return
+        # Not one step of the chunk reported: a feedback needs at least one,
+        # so the chunk can only be dropped, and only with the connection.
+        log.warning(f"{cause} during the first step of a chunk; reopening the trainer connection")
+        self.link.abort(self.rollout.epoch, cause, code=1000)
+
+    def _advance_resets(self) -> None:
+        for io in self.robot.envs:
+            if self.rollout.needs_reset(io.index) and self.robot.reset(io.index):
+                self.rollout.reset_done(io.index)
+
+    def _poll(self, now_ns: int | None = None) -> None:
+        robot = self.robot
+        now_ns = robot.now_ns() if now_ns is None else now_ns
+        captured: list[int] = []
+
+        def capture(env: int) -> ObservationRow | None:
+            row = robot.observe(env, now_ns)
+            if row is not None:
+                captured.append(env)
+            return row
+
+        inferring = [e.inferring for e in self.rollout.envs]
+        outgoing = self.rollout.poll(capture)
+        # Each captured observation starts a chunk: its rewards and done flags count from it.
+        # (No message is handled between the capture and here: one executor thread.)
+        for env in captured:
+            robot.begin_window(env)
+        for message in outgoing:
+            self.link.send(self.rollout.epoch, message)
+            envs = list(message.env_indices)
+            self._node.get_logger().debug(f"connection {self.rollout.epoch}: {message.kind}, env(s) {envs}")
+        for env, before in zip(self.rollout.envs, inferring):
+            if env.inferring and not before:
+                self._steps.asked(env.index)
+        if self.rollout.reopen_reason is not None:
+            self._node.get_logger().warning(f"{self.rollout.reopen_reason}; reopening the trainer connection")
+            self.link.abort(self.rollout.epoch, self.rollout.reopen_reason, code=1000)
+            self.rollout.reopen_reason = None
+        if self.lockstep:
+            # a chunk may have just started for an env whose action arrived
+            # while its previous step result was being processed
+            for io in robot.envs:
+                if not self.rollout.step_in_flight(io.index):
+                    self._step(io.index)
+
+    # -- status --------------------------------------------------------------
+
+    def step_rates_hz(self, now_ns: int) -> list[float]:
+        """Each env's achieved env steps per second (of the node's clock) over the last few seconds."""
+        return [meter.rate(now_ns * 1e-9) for meter in self.step_rates]
