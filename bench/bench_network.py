@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,76 @@ def _loss_run(mode: str, loss: float, seconds: float) -> float:
         return measure(trainer, seconds, settle=1.0)
 
 
+CAP_MBIT = 5.0
+# (label, sensor_node camera, resize, reuse): two cameras, 14 joints, timer mode at 100 Hz, H = 8
+CAP_CASES = (
+    ("raw 640x480, reuse on", "raw640", None, True),
+    ("raw 640x480, reuse off", "raw640", None, False),
+    ("JPEG 640x480 source, reuse on", "jpeg640", None, True),
+    ("raw 640x480 resized to 224x224, reuse on", "raw640", [224, 224], True),
+)
+
+
+def run_cap_case(label: str, camera: str, resize: list[int] | None, reuse: bool, seconds: float, workdir: Path) -> dict:
+    """The bridge with two cameras behind a 5 Mbit/s uplink: its step rate, bytes per step and memory over time."""
+    import psutil
+    from bench_observation import CAMERAS, bridge_params
+    from bench_timing import nest
+
+    with NetnsLink() as link, common.children() as started:
+        link.cap(CAP_MBIT)
+        trainer = common.TrainerChild(
+            "--horizon", "8", "--action-dim", "14", "--reuse", "--host", NetnsLink.TRAINER_ADDR,
+            prefix=["ip", "netns", "exec", link.trainer],
+        )  # fmt: skip
+        started.append(trainer)
+        prefix = link.exec_prefix()
+        sensors = common.python_script("sensor_node.py", "--envs", "1", "--camera", camera, "--camera-hz", "10")
+        started.append(common.Child(prefix + sensors))
+        params = bridge_params(camera, 1)
+        params.update(
+            {
+                "trainer.uri": f"ws://{NetnsLink.TRAINER_ADDR}:{trainer.port}",
+                "trainer.use_reuse": reuse,
+                "status.log_period_s": 0.0,
+            }
+        )
+        if resize:
+            for cam in CAMERAS:
+                params[f"observations.images.{cam}.resize"] = resize
+        config = common.write_params(workdir / f"cap-{camera}-{resize}-{reuse}.yaml", nest(params))
+        bridge = common.Child(
+            prefix + common.python_module("plugrl_ros.ros.bridge_main", "--ros-args", "--params-file", str(config))
+        )
+        started.append(bridge)
+        common.wait_for(lambda: trainer.stats()["feedbacks"] > 1, 90.0, "the bridge's first feedbacks")
+        proc = psutil.Process(bridge.pid)
+        before = trainer.stats()
+        rss = [proc.memory_info().rss / 2**20]
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(1.0)  # a memory sample a second over the window
+            rss.append(proc.memory_info().rss / 2**20)
+        wire = common.difference(trainer.stats(), before)
+        if not bridge.alive():
+            raise RuntimeError("the bridge exited:\n" + bridge.output()[-3000:])
+        # the bench trainer is strict: a broken rule (a corrupted or out-of-order message) is a resync
+        broken = trainer.output().count("the client broke a protocol rule")
+    steps = wire["feedback_rows"] * 8
+    return {
+        "case": label,
+        "steps_per_s": steps / wire["t"],
+        "bytes_per_step": wire["bytes_in"] / steps if steps else float("nan"),
+        "link_mbit": wire["bytes_in"] * 8 / wire["t"] / 1e6,
+        "rss_first_mb": rss[0],
+        "rss_last_mb": rss[-1],
+        "rss_max_mb": max(rss),
+        "seconds": seconds,
+        "protocol_breaks": broken,
+        "connections": wire["connections"],
+    }
+
+
 def _with_idle(rows: list[dict]) -> list[dict]:
     base = rows[0]["rate"] if rows else float("nan")
     for r in rows:
@@ -147,7 +218,24 @@ def tables(results: dict[str, Any]) -> str:
             "\n\n### Env-step rate vs packet loss (H = 10, reuse on, no added delay; iptables in network namespaces)"
             "\n\n" + common.md_table(["mode", "loss each way", "steps/s", "idle"], body)
         )
-    elif results.get("loss_skipped"):
+    cap_rows = results.get("cap", [])
+    if cap_rows:
+        body = [
+            [
+                r["case"],
+                f"{r['steps_per_s']:,.2f}",
+                f"{r['bytes_per_step'] / 1e3:,.0f}",
+                f"{r['link_mbit']:.2f}",
+                f"{r['rss_first_mb']:.0f} / {r['rss_max_mb']:.0f} / {r['rss_last_mb']:.0f}",
+            ]
+            for r in cap_rows
+        ]
+        text += (
+            f"\n\n### Two cameras behind a {CAP_MBIT:g} Mbit/s uplink (tc tbf; timer mode 100 Hz, H = 8; "
+            f"{cap_rows[0]['seconds']:g} s window)\n\n"
+            + common.md_table(["case", "steps/s", "kB per step", "uplink Mbit/s", "bridge RSS MB first/max/last"], body)
+        )
+    if results.get("loss_skipped"):
         text += f"\n\nPacket loss not measured: {results['loss_skipped']}"
     return text
 
@@ -156,6 +244,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.standard_arguments(parser, repeat=1)
     parser.add_argument("--seconds", type=float, default=5.0, help="measurement window per point")
+    parser.add_argument("--cap-seconds", type=float, default=30.0, help="window of each bandwidth-cap case")
+    parser.add_argument("--only-cap", action="store_true", help="only the bandwidth-cap cases")
     args = parser.parse_args()
 
     if args.quick:
@@ -164,6 +254,8 @@ def main() -> int:
     else:
         groups = [(h, reuse, mode) for mode in ("lockstep", "timer") for h in HORIZONS for reuse in (True, False)]
         rtts, losses, seconds = RTTS_MS, LOSSES, args.seconds
+    if args.only_cap:
+        groups, losses = [], LOSSES[:1]
     rows: list[dict] = []
     for h, reuse, mode in groups:
         for r in run_rtt_group(h, reuse, mode, rtts, seconds):
@@ -171,9 +263,11 @@ def main() -> int:
     results: dict[str, Any] = {"rows": rows}
     why = netns_unavailable() if losses else "not in --quick"
     if why is None:
-        for mode in ("lockstep", "timer"):
+        for mode in ("lockstep", "timer") if not args.only_cap else ():
             for r in run_loss_group(mode, losses, seconds):
                 rows.append({**r, "group": "loss"})
+        with tempfile.TemporaryDirectory() as workdir:
+            results["cap"] = [run_cap_case(*case, args.cap_seconds, Path(workdir)) for case in CAP_CASES]
     else:
         results["loss_skipped"] = why
     print(tables(results))

@@ -12,10 +12,13 @@ runs across these links come when it is.
 from __future__ import annotations
 
 import select
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
-from harness import Child, TrainerThread, process, python_module
+from harness import ROOT, Child, TrainerThread, process, python_module
 from netem import NetnsLink, Relay, netns_unavailable
 
 from plugrl_ros.tools.test_trainer import REWARD_SUM, TERMINAL_OBSERVATION, TIME_MAJOR, TrainerSettings
@@ -178,3 +181,20 @@ def test_a_partition_longer_than_the_trainers_feedback_timeout_closes_its_side_a
     assert code == 0, output
     assert "Feedback timeout" in output, output  # the bridge heard the trainer's close once the link came back
     assert_every_clause_passes(report, output, 8)
+
+
+def test_two_raw_cameras_behind_a_5_mbit_uplink_keep_memory_flat_and_every_message_intact():
+    # The issue asks for 2 minutes; CI's budget allows 30 s of the capped run (about 70 chunks of
+    # 1.8 MB at ~2.4 steps/s); bench/bench_network.py runs the same case longer.
+    why = netns_unavailable()
+    if why is not None:
+        pytest.skip(why)
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_network
+
+    with tempfile.TemporaryDirectory() as workdir:
+        r = bench_network.run_cap_case("raw, reuse", "raw640", None, True, 30.0, Path(workdir))
+    assert r["steps_per_s"] > 0, r
+    assert r["link_mbit"] < bench_network.CAP_MBIT * 1.1, r  # the cap held (else this measured nothing)
+    assert r["rss_max_mb"] - r["rss_first_mb"] < 50, r  # a growing send queue would add 1.8 MB a step
+    assert r["protocol_breaks"] == 0 and r["connections"] == 0, r  # one connection throughout, nothing broken
