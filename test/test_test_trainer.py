@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import subprocess
 from collections.abc import Awaitable, Callable, Collection
@@ -37,6 +38,7 @@ from plugrl_ros.tools.test_trainer import (
     Report,
     TestTrainer,
     TrainerSettings,
+    action_chunk,
     main,
 )
 
@@ -324,6 +326,34 @@ def test_correct_client_passes_resync_then_stop_with_every_probe_clause_exercise
     assert report.clause(TEXT_FATAL).status == "not exercised"
     assert report.clause(RECONNECTS).passed == 1
     assert report.text().splitlines()[-1] == f"{report.passed} passed, 0 failed"
+
+
+def test_the_transcript_holds_every_message_in_order_with_the_chunk_each_infer_got() -> None:
+    report, ending = run_client(fast(script=("resync", "stop"), keep_transcript=True), n_envs=3)
+    assert ending == "stop"
+    assert report.failed == 0, report.text()
+    transcript = report.transcript
+    assert [e.connection for e in transcript] == sorted(e.connection for e in transcript)
+    assert {e.connection for e in transcript} == {1, 2}
+    infers = [e for e in transcript if e.kind == "infer"]
+    feedbacks = [e for e in transcript if e.kind == "feedback"]
+    assert len(feedbacks) == 2 * 3  # feedbacks_per_connection on each connection
+    for connection in (1, 2):
+        kinds = [e.kind for e in transcript if e.connection == connection]
+        assert kinds[0] == "infer" and all(a != b for a, b in itertools.pairwise(kinds)), kinds  # they alternate
+    for entry in infers:
+        assert entry.action is not None and entry.rewards is None
+        assert np.array_equal(entry.action, action_chunk(entry.env_indices, 4, 2, "<f4"))
+        assert entry.observation["states"]["t"].shape[0] == len(entry.env_indices) - sum(entry.reuse or ())
+    for entry in feedbacks:
+        assert entry.action is None and entry.rewards is not None and entry.terminated is not None
+        assert len(entry.rewards) == len(entry.env_indices) == entry.observation["states"]["t"].shape[0]
+
+
+def test_without_keep_transcript_the_report_holds_none() -> None:
+    report, _ = run_client(fast(script=("stop",)), n_envs=1)
+    assert report.failed == 0, report.text()
+    assert report.transcript == ()
 
 
 def test_correct_client_with_reuse_passes_a_text_ending() -> None:

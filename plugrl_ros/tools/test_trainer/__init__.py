@@ -32,7 +32,7 @@ from plugrl_ros.tools.test_trainer.clauses import (
     WAITS_FOR_METADATA,
 )
 from plugrl_ros.tools.test_trainer.cli import main
-from plugrl_ros.tools.test_trainer.report import ClauseResult, Report
+from plugrl_ros.tools.test_trainer.report import ClauseResult, Exchanged, Report
 from plugrl_ros.tools.test_trainer.server import TestTrainer, run_trainer
 from plugrl_ros.tools.test_trainer.settings import (
     ENDINGS,
@@ -68,6 +68,7 @@ __all__ = [
     "TIME_MAJOR",
     "WAITS_FOR_METADATA",
     "ClauseResult",
+    "Exchanged",
     "Report",
     "TestTrainer",
     "TrainerSettings",

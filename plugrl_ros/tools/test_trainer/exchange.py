@@ -35,7 +35,7 @@ from plugrl_ros.tools.test_trainer.clauses import (
     REUSE,
 )
 from plugrl_ros.tools.test_trainer.probe_checks import ProbeChecks, probe_states
-from plugrl_ros.tools.test_trainer.report import Recorder
+from plugrl_ros.tools.test_trainer.report import Exchanged, Recorder
 from plugrl_ros.tools.test_trainer.settings import TrainerSettings, action_chunk
 
 NORMAL_CLOSURE = 1000
@@ -217,11 +217,29 @@ class Exchange:
         if self._probe is not None:
             t_data = states[0] if states is not None and rows_match else None
             self._probe.infer(number, infer, action.astype(np.float64), t_data)
+        self._rec.exchanged(
+            Exchanged(
+                self.number, INFER, infer.env_indices, infer.step_ids, infer.reuse, infer.observation.data, action
+            )
+        )
         return Reply(frame=packb(self._conn.answer(action)))
 
     def _feedback(self, feedback: Feedback) -> None:
         self._rec.ok(ALTERNATION)
         where = f"feedback {self._conn.feedbacks} on connection {self.number}"
+        self._rec.exchanged(
+            Exchanged(
+                self.number,
+                FEEDBACK,
+                feedback.env_indices,
+                feedback.step_ids,
+                None,
+                feedback.observation.data,
+                rewards=feedback.rewards,
+                terminated=feedback.terminated,
+                truncated=feedback.truncated,
+            )
+        )
         self._rec.check(ARRAYS, where, self._problems(feedback, Rule.ARRAYS))
         obs_problems = self._problems(feedback, Rule.OBSERVATION)
         states = None

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from plugrl_ros.tools.test_trainer.clauses import CLAUSES
 
@@ -32,6 +35,26 @@ class ClauseResult:
 
 
 @dataclass(frozen=True)
+class Exchanged:
+    """One message as the test trainer received it, and for an infer the action chunk it answered with.
+
+    Arrays are as decoded (``observation`` holds an infer's rows that were not
+    reused, in order); a field the message made unusable is None.
+    """
+
+    connection: int
+    kind: str  # "infer" or "feedback"
+    env_indices: tuple[int, ...]
+    step_ids: tuple[int, ...] | None
+    reuse: tuple[bool, ...] | None
+    observation: Any
+    action: np.ndarray | None = None  # infer: the chunk sent back, [H, n, d]
+    rewards: np.ndarray | None = None  # feedback: [m]
+    terminated: np.ndarray | None = None
+    truncated: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
 class Report:
     """The verdict of one run, clause by clause, with notes that are not failures."""
 
@@ -40,6 +63,7 @@ class Report:
     clauses: tuple[ClauseResult, ...]
     notes: tuple[str, ...]
     incomplete: str | None  # why the script did not run to its end, if it did not
+    transcript: tuple[Exchanged, ...] = ()  # every message, when the settings keep a transcript
 
     def clause(self, name: str) -> ClauseResult:
         for result in self.clauses:
@@ -92,6 +116,11 @@ class Recorder:
         self._details: dict[str, list[str]] = {c: [] for c in CLAUSES}
         self._notes: dict[str, str] = {}
         self.incomplete: str | None = None
+        self.transcript: list[Exchanged] | None = None  # a list when the settings keep a transcript
+
+    def exchanged(self, entry: Exchanged) -> None:
+        if self.transcript is not None:
+            self.transcript.append(entry)
 
     def ok(self, clause: str) -> None:
         self._passed[clause] += 1
@@ -115,4 +144,5 @@ class Recorder:
 
     def report(self, script: tuple[str, ...], connections: int) -> Report:
         clauses = tuple(ClauseResult(c, self._passed[c], self._failed[c], tuple(self._details[c])) for c in CLAUSES)
-        return Report(script, connections, clauses, tuple(self._notes.values()), self.incomplete)
+        transcript = tuple(self.transcript or ())
+        return Report(script, connections, clauses, tuple(self._notes.values()), self.incomplete, transcript)

@@ -65,6 +65,8 @@ class TestTrainer:
     def __init__(self, settings: TrainerSettings) -> None:
         self.settings = settings
         self._rec = Recorder()
+        if settings.keep_transcript:
+            self._rec.transcript = []
         metadata: dict[str, Any] = {"protocol_version": 1, "server": "plugrl-test-trainer"}
         if settings.announce_shape:
             metadata["action_horizon"] = settings.horizon

@@ -45,6 +45,9 @@ class TrainerSettings:
     feedback_timeout_s: float = 0.0
     tls_cert: str = ""  # PEM certificate chain: serve wss:// (with tls_key)
     tls_key: str = ""
+    # keep every message received and every action sent (the report's transcript): for tests that
+    # compare what the trainer saw with what a client recorded; off by default, a long run's memory grows
+    keep_transcript: bool = False
 
     @property
     def scheme(self) -> str:
