@@ -153,7 +153,7 @@ def run_cap_case(label: str, camera: str, resize: list[int] | None, reuse: bool,
                 params[f"observations.images.{cam}.resize"] = resize
         config = common.write_params(workdir / f"cap-{camera}-{resize}-{reuse}.yaml", nest(params))
         bridge = common.Child(
-            prefix + common.python_module("plugrl_ros.ros.bridge_main", "--ros-args", "--params-file", str(config))
+            prefix + common.python_module("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(config))
         )
         started.append(bridge)
         common.wait_for(lambda: trainer.stats()["feedbacks"] > 1, 90.0, "the bridge's first feedbacks")
