@@ -216,12 +216,13 @@ def test_a_deploy_mistake_fails_at_startup_naming_the_full_key(extra, key, allow
 
 
 @pytest.mark.ros
-def test_the_node_refuses_deploy_mode_until_it_runs_it_and_checks_the_policy_key_in_train_mode():
+def test_startup_checks_the_environment_of_the_mode_s_link_only():
     from plugrl_ros.ros.config import check_environment, load_config
 
-    with pytest.raises(ConfigError, match=r"mode: got 'deploy'; deploy mode is not wired"):
-        check_environment(load_config({**ROBOT, **POLICY, "mode": "deploy"}), {})
-    config = load_config({**ROBOT, **POLICY, "policy.api_key_env": "POLICY_KEY"})
+    both = {**ROBOT, **POLICY, "policy.api_key_env": "POLICY_KEY", "trainer.api_key_env": "TRAINER_KEY"}
     with pytest.raises(ConfigError, match=r"policy\.api_key_env: got 'POLICY_KEY'"):
-        check_environment(config, {})
-    check_environment(config, {"POLICY_KEY": "k"})
+        check_environment(load_config({**both, "mode": "deploy"}), {"TRAINER_KEY": "t"})
+    check_environment(load_config({**both, "mode": "deploy"}), {"POLICY_KEY": "p"})
+    with pytest.raises(ConfigError, match=r"trainer\.api_key_env: got 'TRAINER_KEY'"):
+        check_environment(load_config(both), {"POLICY_KEY": "p"})
+    check_environment(load_config(both), {"TRAINER_KEY": "t"})

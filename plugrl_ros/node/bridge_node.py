@@ -21,6 +21,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
+from plugrl_ros.deploy.deploy_mode import DeployMode
 from plugrl_ros.node.diagnostics import UplinkMeter, bridge_status, status_array
 from plugrl_ros.node.status import WAITING_FOR_CLOCK, status_line, waiting_for_clock
 from plugrl_ros.robot.robot_side import RobotSide
@@ -44,7 +45,8 @@ class BridgeNode(Node):
         self.transient_faults: deque[float] = deque()  # times of survived rclpy faults (see process.spin_resiliently)
         # (no message is delivered before the executor spins, so the mode exists when the robot side calls it)
         self.robot = RobotSide(self, config, group, self._on_input, self._on_pause)
-        self.mode = TrainMode(self, config, self.robot, group)
+        mode = DeployMode if config.mode == "deploy" else TrainMode
+        self.mode: TrainMode | DeployMode = mode(self, config, self.robot, group)
 
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._uplink = UplinkMeter()
@@ -81,7 +83,12 @@ class BridgeNode(Node):
         self.get_logger().info(
             f"{len(c.envs)} env(s): {envs}; mode {c.control.mode}"
             + (f" at {c.control.rate_hz:g} Hz" if not lockstep else "")
-            + f"; observing {topics}; trainer {c.trainer.uri}"
+            + f"; observing {topics}; "
+            + (
+                f"policy server {c.policy.server.uri} ({c.policy.execution.mode})"
+                if isinstance(self.mode, DeployMode)
+                else f"trainer {c.trainer.uri}"
+            )
             + ("; starting paused" if self.robot.pause.by_service else "")
             + (
                 f"; dead-man switch on {c.pause.topic}: running only while it says false every "
@@ -95,17 +102,23 @@ class BridgeNode(Node):
 
     def _publish_diagnostics(self) -> None:
         prefix = self.get_fully_qualified_name().lstrip("/") or NODE_NAME
-        entries = bridge_status(prefix, self.robot, self.mode, waiting_for_clock(self.get_clock()), self._uplink)
+        if isinstance(self.mode, DeployMode):
+            entries = self.mode.diagnostics(prefix)
+        else:
+            entries = bridge_status(prefix, self.robot, self.mode, waiting_for_clock(self.get_clock()), self._uplink)
         self._diagnostics.publish(status_array(entries, prefix, self.robot.stamp()))
 
     def _log_status(self) -> None:
         if waiting_for_clock(self.get_clock()):
             self.get_logger().warning(WAITING_FOR_CLOCK)
             return
-        self.get_logger().info(status_line(self.robot, self.mode))
+        if isinstance(self.mode, DeployMode):
+            self.get_logger().info(self.mode.status_line())
+        else:
+            self.get_logger().info(status_line(self.robot, self.mode))
 
     def shutdown_gracefully(self) -> None:
-        """Idle every actuator first, then close the trainer connection with 1000."""
+        """Idle every actuator first, then close the trainer (or policy) connections with 1000."""
         try:
             self.robot.shutdown()
         finally:

@@ -294,13 +294,11 @@ def load_config(flat: Mapping[str, Any], used: dict[str, Any] | None = None) -> 
 
 
 def check_environment(config: BridgeConfig, environ: Mapping[str, str]) -> None:
-    """What the configuration names outside itself, checked at startup: the API key's variable, the CA file."""
+    """What the mode's link names outside the configuration, checked at startup: the API key's variable, the CA file."""
     if config.mode == "deploy":
-        # The node runs train mode only until deploy mode is wired into it (which removes this check):
-        # refuse rather than start a bridge that would connect to a trainer the user did not ask for.
-        raise ConfigError("mode", config.mode, "deploy mode is not wired into the bridge node yet; use train")
-    if config.policy is not None:
+        assert config.policy is not None
         check_policy_environment(config.policy, environ)
+        return  # the trainer section is not used
     problem = config.trainer.access_problem(environ)
     if problem is None:
         return

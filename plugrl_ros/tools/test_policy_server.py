@@ -60,6 +60,8 @@ class PolicyServerSettings:
     latency_s: float = 0.0
     jitter_s: float = 0.0  # each answer waits latency_s + uniform(0, jitter_s)
     slow_start_s: float = 0.0  # added to the first answer of every connection
+    slow_connection: int = 0  # > 0: the n-th connection (server-wide, from 1) answers slow_connection_s later
+    slow_connection_s: float = 0.0
     fail_after: int = 0  # > 0: the request after this many (server-wide) fails with a traceback and 1011
     metadata: Mapping[str, Any] | None = None  # None: {"action_horizon": H, "action_dim": D}
     linear: str = ""  # .npz with W (and b): serve W @ state + b instead of the encoded actions
@@ -70,7 +72,10 @@ class PolicyServerSettings:
     def __post_init__(self) -> None:
         if self.horizon < 1 or self.action_dim < 1:
             raise ValueError("horizon and action_dim must be at least 1")
-        if min(self.latency_s, self.jitter_s, self.slow_start_s) < 0 or self.fail_after < 0:
+        if (
+            min(self.latency_s, self.jitter_s, self.slow_start_s, self.slow_connection_s) < 0
+            or min(self.fail_after, self.slow_connection) < 0
+        ):
             raise ValueError("latencies and --fail-after must not be negative")
 
     @property
@@ -194,6 +199,7 @@ class TestPolicyServer:
 
     async def _handle(self, ws: ServerConnection) -> None:
         self.seen.connections += 1
+        slow = self.settings.slow_connection_s if self.seen.connections == self.settings.slow_connection else 0.0
         first = True
         await ws.send(codec.packb(self.metadata()))
         previous_total_ms: float | None = None
@@ -210,7 +216,7 @@ class TestPolicyServer:
                 await ws.send(traceback.format_exc())
                 await ws.close(CLOSE_INTERNAL_ERROR, CLOSE_REASON)
                 return
-            delay = self.settings.latency_s + self._rng.uniform(0.0, self.settings.jitter_s)
+            delay = self.settings.latency_s + self._rng.uniform(0.0, self.settings.jitter_s) + slow
             if first:
                 delay += self.settings.slow_start_s
                 first = False
@@ -272,6 +278,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--jitter", type=float, default=d.jitter_s, help="plus uniform(0, jitter) seconds")
     p.add_argument("--slow-start", type=float, default=d.slow_start_s, help="extra seconds for a connection's first")
     p.add_argument(
+        "--slow-connection", type=int, default=d.slow_connection, help="the n-th connection (from 1) answers slowly"
+    )
+    p.add_argument(
+        "--slow-connection-s", type=float, default=d.slow_connection_s, help="extra seconds on its every answer"
+    )
+    p.add_argument(
         "--fail-after", type=int, default=d.fail_after, help="fail the request after this many, once (0: never)"
     )
     p.add_argument("--metadata", default=None, help="the metadata map, as JSON (default: action_horizon, action_dim)")
@@ -318,6 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             latency_s=args.latency,
             jitter_s=args.jitter,
             slow_start_s=args.slow_start,
+            slow_connection=args.slow_connection,
+            slow_connection_s=args.slow_connection_s,
             fail_after=args.fail_after,
             metadata=metadata,
             linear=args.linear,

@@ -1,0 +1,1 @@
+"""Deploy mode: the robot side stepped by a policy server's action chunks, one connection per robot."""
