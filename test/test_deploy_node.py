@@ -24,9 +24,11 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from harness import python_module, ros_env
 from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import SetBool
 from test_bridge_node import (
     DIAG_PREFIX,
     RATE_HZ,
+    SET_PAUSED,
     Robot,
     bridge,
     env_status,
@@ -366,3 +368,28 @@ def test_malformed_answers_never_reach_an_actuator(tmp_path, robot):
     assert server.requests > len(bad_answers(horizon))
     assert not any((row == BAD).any() for row in counting.rows())
     assert output.count("the policy server's answer was rejected, nothing of it runs") >= 1
+
+
+def test_a_pause_idles_the_robot_and_nothing_planned_before_it_runs_after_it(tmp_path, robot):
+    port = free_port()
+    server = Server(port, "--horizon", "50", "--action-dim", str(WIDTH), "--latency", "0.03")
+    counting = CountingRobot(robot)
+    moving = lambda since: sum(d is not None for d in decoded(counting.rows()[since:]))  # noqa: E731
+    try:
+        with bridge(tmp_path, deploy_params(port, "switch", 50)):
+            wait_until(lambda: moving(0) > 30, 120, "the robot moving")
+            assert robot.call(SetBool, SET_PAUSED, SetBool.Request(data=True)).success
+            paused_at = len(counting.rows())
+            wait_until(lambda: decoded(counting.rows()[paused_at:]).count(None) >= 10, 60, "idling while paused")
+            resumed_at = len(counting.rows())
+            assert robot.call(SetBool, SET_PAUSED, SetBool.Request(data=False)).success
+            wait_until(lambda: moving(resumed_at) > 30, 120, "moving again")
+            items = decoded(counting.rows())
+    finally:
+        server.stop()
+    first_idle = next(n for n in range(paused_at, len(items)) if items[n] is None)
+    back = next(n for n in range(first_idle, len(items)) if items[n] is not None)
+    assert back >= resumed_at and all(item is None for item in items[first_idle:back])
+    # every chunk after the pause was computed from an observation taken after the robot had begun to idle
+    # (a 50-step chunk planned before the pause would still have had steps left to replay)
+    assert all(round(item[2]) - OFFSET > first_idle for item in items[back:] if item is not None)
