@@ -290,7 +290,7 @@ def test_each_robot_has_its_own_connection_and_a_stalled_one_does_not_hold_up_th
     # robot idles); the robot on the other connection must run as if it were alone
     args = ("--horizon", "20", "--action-dim", str(WIDTH), "--slow-connection", "1", "--slow-connection-s", "3")
     server = Server(port, *args)
-    params = deploy_params(port, "switch", 20)
+    params = deploy_params(port, "switch", 20, execution={"mode": "switch", "request_ahead_steps": 10})
     params["envs"] = ["r0", "r1"]
     robots = [CountingRobot(robot, "r0"), CountingRobot(robot, "r1")]
     moved = [lambda each=each: sum(d is not None for d in decoded(each.rows())) for each in robots]
