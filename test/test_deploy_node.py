@@ -16,16 +16,12 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
-from harness import python_module, ros_env
-from std_msgs.msg import Float64MultiArray
-from std_srvs.srv import SetBool
-from test_bridge_node import (
+from harness import (
     DIAG_PREFIX,
     RATE_HZ,
     SET_PAUSED,
@@ -34,20 +30,14 @@ from test_bridge_node import (
     env_status,
     first_diag,
     free_port,
+    python_module,
+    ros_env,
     wait_until,
 )
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import SetBool
 
 from plugrl_ros.tools.test_policy_server import decode_row, encoded_chunk
-
-
-@pytest.fixture
-def robot() -> Iterator[Robot]:
-    fake = Robot()
-    try:
-        yield fake
-    finally:
-        fake.close()
-
 
 pytestmark = [pytest.mark.ros, pytest.mark.websockets]
 
