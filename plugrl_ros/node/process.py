@@ -98,7 +98,7 @@ def main(args: list[str] | None = None) -> int:
         while not node.finished and not stop_request.requested():
             spin_resiliently(executor, node)
         if stop_request.requested() and not node.finished:
-            node.get_logger().info("interrupted: idling the actuators and closing the trainer connection")
+            node.get_logger().info("interrupted: idling the actuators and closing the link (trainer or policy server)")
         code = node.exit_code
     except ConfigError as exc:
         print(f"[plugrl_bridge] configuration error: {exc}", file=sys.stderr)
