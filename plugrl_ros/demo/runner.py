@@ -178,6 +178,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=20.0, help="timer mode: control rate in Hz (default %(default)s)")
     p.add_argument("--output", default="demo-output", help="results and logs go here (default %(default)s/)")
     p.add_argument("--seed", type=int, default=0, help="seeds the robot's poses and the trainer (default %(default)s)")
+    p.add_argument(
+        "--record",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the bridge records every transition as MCAP into the output folder, beside the plot "
+        "(default: on; read it with plugrl-record-info or Foxglove)",
+    )
     return p
 
 
@@ -199,6 +206,9 @@ def bridge_command(args: argparse.Namespace, config: Path, port: int) -> list[st
         "control.mode": args.mode,
         "control.rate_hz": repr(float(args.rate)),
     }
+    if args.record:
+        # absolute: the bridge may resolve a relative folder against another working directory
+        overrides["record.path"] = str(Path(args.output).resolve())
     if args.mode == "timer":
         # The robot then runs in real time at --rate: keep episodes as long in seconds as the config's
         # max_steps are at its 20 Hz (in lockstep a step is always 0.05 s of simulated time).
@@ -326,6 +336,7 @@ class DemoRun:
         )
         trainer = TrainerThread(DemoTrainer(settings), name="plugrl-demo-trainer")
         port = trainer.start()
+        started_wall = time.time()
         mode = args.mode + (f" at {args.rate:g} Hz" if args.mode == "timer" else "")
         self._say(
             f"plugrl-demo: {args.envs} simulated reacher(s), {mode}, learning for {args.duration:g} s; "
@@ -375,6 +386,9 @@ class DemoRun:
         policy = write_policy(self.output, trainer.trainer.learner)  # the trainer has stopped: nothing changes it
         if policy is not None:
             paths["policy.npz"] = policy
+        recordings = recordings_made(self.output, started_wall) if args.record else []
+        if recordings:
+            paths["recording"] = " ".join(str(path) for path in recordings)
         self._print_summary(summary, paths)
         return EXIT_OK if self.failure is None else EXIT_FAILED
 
@@ -468,9 +482,16 @@ class DemoRun:
         lines.append(f"  summary: {paths['summary.json']}; episodes: {paths['episodes.csv']}; logs: {self.logs}/")
         if "policy.npz" in paths:
             lines.append(f"  learned policy (W, b of its mean action): {paths['policy.npz']}")
+        if "recording" in paths:
+            lines.append(f"  recording: {paths['recording']} (summary: plugrl-record-info {paths['recording']})")
         if summary.get("failure"):
             lines.append(f"  FAILED: {summary['failure']}")
         self._say("\n".join(lines))
+
+
+def recordings_made(folder: Path, since: float) -> list[Path]:
+    """The MCAP files the bridge wrote in ``folder`` during this run (earlier runs' files stay beside them)."""
+    return sorted(path for path in folder.glob("*.mcap") if path.stat().st_mtime >= since - 1.0)
 
 
 def _log_to_file(path: Path) -> None:
