@@ -553,7 +553,7 @@ def test_compressed_images_without_opencv_fail_at_startup_naming_the_key(monkeyp
         parse_record_section(Section({"path": "/tmp/x", "image_format": "jpeg"}, "record"))
 
 
-def test_until_the_node_records_a_record_path_is_refused_naming_the_key():
+def test_record_path_in_the_bridge_config_turns_recording_on():
     from plugrl_ros.ros.config import load_config
 
     minimal = {
@@ -564,8 +564,8 @@ def test_until_the_node_records_a_record_path_is_refused_naming_the_key():
         "actions.arm.slice": [0, 2],
     }
     assert load_config(minimal).record == RecordSettings()
-    with pytest.raises(ConfigError, match=r"record\.path: got '/tmp/runs'; recording is not wired into the bridge"):
-        load_config({**minimal, "record.path": "/tmp/runs"})
+    recorded = load_config({**minimal, "record.path": "/tmp/runs"}).record
+    assert recorded.enabled and recorded.path == Path("/tmp/runs")
 
 
 def test_calls_from_several_threads_are_numbered_in_the_order_they_are_queued():

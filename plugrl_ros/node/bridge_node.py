@@ -21,9 +21,11 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
+from plugrl_ros import __version__
 from plugrl_ros.deploy.deploy_mode import DeployMode
-from plugrl_ros.node.diagnostics import UplinkMeter, bridge_status, status_array
+from plugrl_ros.node.diagnostics import UplinkMeter, bridge_status, recording_entry, status_array
 from plugrl_ros.node.status import WAITING_FOR_CLOCK, status_line, waiting_for_clock
+from plugrl_ros.record.recorder import Recorder
 from plugrl_ros.robot.robot_side import RobotSide
 from plugrl_ros.ros.config import BridgeConfig, check_environment
 from plugrl_ros.ros.node_parameters import configure
@@ -42,11 +44,24 @@ class BridgeNode(Node):
         check_environment(self.config, os.environ)
         config = self.config
         group = MutuallyExclusiveCallbackGroup()
+        # The recorder's writer process starts before anything else runs (no threads forked with it);
+        # a folder it cannot write is a startup error (RecordError), never a silent run without a record.
+        self.recorder: Recorder | None = None
+        if config.record.enabled:
+            self.recorder = Recorder(config.record, on_error=self.get_logger().error)
+            first = self.recorder.start()
+            self.get_logger().info(f"recording every transition into {first}")
         self.transient_faults: deque[float] = deque()  # times of survived rclpy faults (see process.spin_resiliently)
         # (no message is delivered before the executor spins, so the mode exists when the robot side calls it)
         self.robot = RobotSide(self, config, group, self._on_input, self._on_pause)
-        mode = DeployMode if config.mode == "deploy" else TrainMode
-        self.mode: TrainMode | DeployMode = mode(self, config, self.robot, group)
+        if config.mode == "deploy":
+            self.mode: TrainMode | DeployMode = DeployMode(self, config, self.robot, group)
+        else:
+            self.mode = TrainMode(self, config, self.robot, group, observer=self.recorder)
+        if self.recorder is not None:
+            parameters = {name: parameter.value for name, parameter in sorted(self._parameters.items())}
+            versions = {"plugrl_ros": __version__, "python": sys.version.split()[0]}
+            self.recorder.config(self.robot.now_ns(), parameters, versions)
 
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._uplink = UplinkMeter()
@@ -106,6 +121,8 @@ class BridgeNode(Node):
             entries = self.mode.diagnostics(prefix)
         else:
             entries = bridge_status(prefix, self.robot, self.mode, waiting_for_clock(self.get_clock()), self._uplink)
+        if self.recorder is not None:
+            entries.append(recording_entry(prefix, self.recorder.status()))
         self._diagnostics.publish(status_array(entries, prefix, self.robot.stamp()))
 
     def _log_status(self) -> None:
@@ -122,4 +139,17 @@ class BridgeNode(Node):
         try:
             self.robot.shutdown()
         finally:
-            self.mode.stop()
+            try:
+                self.mode.stop()
+            finally:
+                self.close_recording()
+
+    def close_recording(self) -> None:
+        """Finish the recording's file (after the actuators idled: their last commands are in it)."""
+        if self.recorder is None:
+            return
+        status = self.recorder.close()
+        files = ", ".join(str(path) for path in status.files)
+        self.get_logger().info(
+            f"recording {status.state.value}: {status.written} records written, {status.dropped} dropped; {files}"
+        )

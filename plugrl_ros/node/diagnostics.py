@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
+from plugrl_ros.record.recorder import RecorderState, RecorderStatus
 from plugrl_ros.robot.env_io import EnvIO
 from plugrl_ros.robot.robot_side import RobotSide
 from plugrl_ros.rollout.env_rollout import EnvRollout
@@ -154,3 +155,21 @@ def bridge_status(
         }
         entries.append(entry)
     return entries
+
+
+def recording_entry(prefix: str, status: RecorderStatus) -> Entry:
+    """The recorder's state: what it wrote, what it dropped (the writer fell behind), and why it stopped."""
+    entry = Entry(f"{prefix}: recording")
+    entry.values = {
+        "state": status.state.value,
+        "accepted": str(status.accepted),
+        "dropped": str(status.dropped),
+        "dropped with images": str(status.dropped_large),
+        "written": str(status.written),
+        "files": " ".join(str(path) for path in status.files) or "-",
+    }
+    if status.state is RecorderState.FAILED:
+        entry.worse(ERROR, f"recording stopped: {status.error}")
+    elif status.dropped:
+        entry.worse(WARN, f"{status.dropped} record(s) dropped: the writer fell behind")
+    return entry

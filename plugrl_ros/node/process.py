@@ -16,6 +16,7 @@ from rclpy.executors import SingleThreadedExecutor
 
 from plugrl_ros import stop_request
 from plugrl_ros.node.bridge_node import BridgeNode
+from plugrl_ros.record.recorder import RecordError
 from plugrl_ros.ros.param_sources import explain_refusal
 from plugrl_ros.ros.params import ConfigError
 from plugrl_ros.train.train_mode import EXIT_OK
@@ -102,6 +103,9 @@ def main(args: list[str] | None = None) -> int:
         code = node.exit_code
     except ConfigError as exc:
         print(f"[plugrl_bridge] configuration error: {exc}", file=sys.stderr)
+        code = EXIT_CONFIG
+    except RecordError as exc:  # record.path names a folder the bridge cannot record into
+        print(f"[plugrl_bridge] cannot record: {exc}", file=sys.stderr)
         code = EXIT_CONFIG
     finally:
         if node is not None:

@@ -341,8 +341,12 @@ class EnvIO:
 
     # -- acting ------------------------------------------------------------
 
-    def publish(self, action: np.ndarray, stamp: Any) -> None:
-        """Publish one step of ``action`` on every actuator (a non-finite slice idles that actuator)."""
+    def publish(self, action: np.ndarray, stamp: Any) -> dict[str, np.ndarray | None]:
+        """Publish one step of ``action`` on every actuator (a non-finite slice idles that actuator).
+
+        Returns what each actuator (by its config key) was sent after shaping, None where nothing was.
+        """
+        sent: dict[str, np.ndarray | None] = {}
         for config, publisher, shaper in self._actuators:
             values = shaper.shape(action)
             if values is None:
@@ -351,23 +355,28 @@ class EnvIO:
                     f"env {self.index}: {config.key} got non-finite values after scale/offset; idling it",
                     throttle_duration_sec=10.0,
                 )
-                self._idle_one(config, publisher, shaper, stamp)
+                sent[config.key] = self._idle_one(config, publisher, shaper, stamp)
                 continue
             publisher.publish(config.sink.build(values, stamp))
             shaper.published(values)
+            sent[config.key] = values
         self.mark_step()
         self.step_sent_s = self._clock_s()
+        return sent
 
-    def idle(self, stamp: Any) -> None:
+    def idle(self, stamp: Any) -> dict[str, np.ndarray | None]:
         """No valid step to take: every actuator does its configured idle behaviour.
 
         Not in lockstep: a simulator steps on every command it gets, so an idle
-        command would be a step nobody counted.
+        command would be a step nobody counted. Returns what each actuator was
+        sent (None: nothing), as :meth:`publish` does; empty in lockstep.
         """
         if self._lockstep:
-            return
-        for config, publisher, shaper in self._actuators:
-            self._idle_one(config, publisher, shaper, stamp)
+            return {}
+        return {
+            config.key: self._idle_one(config, publisher, shaper, stamp)
+            for config, publisher, shaper in self._actuators
+        }
 
     def wait_delivered(self, deadline: float) -> bool:
         """Wait (until ``time.monotonic()`` reaches ``deadline``) for every actuator's subscribers to
@@ -380,8 +389,9 @@ class EnvIO:
         return delivered
 
     @staticmethod
-    def _idle_one(config: Any, publisher: Any, shaper: Any, stamp: Any) -> None:
+    def _idle_one(config: Any, publisher: Any, shaper: Any, stamp: Any) -> np.ndarray | None:
         values = shaper.idle_values()
         if values is not None:
             publisher.publish(config.sink.build(values, stamp))
             shaper.published(values)
+        return values

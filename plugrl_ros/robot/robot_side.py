@@ -107,13 +107,14 @@ class RobotSide:
 
     # -- acting --------------------------------------------------------------
 
-    def publish(self, env: int, action: np.ndarray, stamp: Any) -> None:
-        """One step of ``action`` on ``env``'s actuators (shaped; a non-finite slice idles that actuator)."""
-        self.envs[env].publish(action, stamp)
+    def publish(self, env: int, action: np.ndarray, stamp: Any) -> dict[str, np.ndarray | None]:
+        """One step of ``action`` on ``env``'s actuators (shaped; a non-finite slice idles that actuator);
+        what each actuator was sent, by its config key (None: nothing)."""
+        return self.envs[env].publish(action, stamp)
 
-    def idle(self, env: int, stamp: Any) -> None:
-        """``env``'s actuators do their configured idle behaviour (not in lockstep)."""
-        self.envs[env].idle(stamp)
+    def idle(self, env: int, stamp: Any) -> dict[str, np.ndarray | None]:
+        """``env``'s actuators do their configured idle behaviour (not in lockstep); what each was sent."""
+        return self.envs[env].idle(stamp)
 
     def idle_all(self) -> None:
         stamp = self.stamp()

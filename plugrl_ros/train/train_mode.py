@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 from rclpy.node import Node
 
 from plugrl_ros.protocol.client import CloseKind, Connected, ConnectFailed, Disconnected, FrameReceived, Notice
@@ -24,6 +26,7 @@ from plugrl_ros.robot.robot_side import RobotSide
 from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
 from plugrl_ros.rollout.timer_steps import TimerSteps
 from plugrl_ros.ros.config import BridgeConfig
+from plugrl_ros.train.observer import TransitionObserver
 from plugrl_ros.train.rates import RateMeter
 from plugrl_ros.train.trainer_link import Finished, LinkEvent, TrainerLink
 
@@ -53,8 +56,17 @@ def rollout_settings(config: BridgeConfig) -> RolloutSettings:
 class TrainMode:
     """PlugRL stepping of ``robot`` for a trainer; :attr:`finished` once the run is over."""
 
-    def __init__(self, node: Node, config: BridgeConfig, robot: RobotSide, callback_group: object) -> None:
+    def __init__(
+        self,
+        node: Node,
+        config: BridgeConfig,
+        robot: RobotSide,
+        callback_group: object,
+        observer: TransitionObserver | None = None,
+    ) -> None:
+        """``observer`` (the recorder, when recording) hears every transition; it never steers."""
         self._node = node
+        self.observer = observer
         self.config = config
         self.robot = robot
         self.lockstep = config.control.mode == "lockstep"
@@ -97,6 +109,10 @@ class TrainMode:
                 log.error(f"the trainer broke the protocol: {result.detail}; closing and reconnecting")
                 self.link.abort(event.epoch, result.detail)
             elif result.kind == "metadata" and result.metadata is not None:
+                if self.observer is not None:
+                    self.observer.link_event(
+                        self.robot.now_ns(), "metadata", event.epoch, detail={"metadata": result.metadata.describe()}
+                    )
                 shown = ", ".join(f"{k}={v}" for k, v in result.metadata.describe().items()) or "nothing announced"
                 log.info(f"trainer metadata: {shown}")
                 if result.metadata.ignored:
@@ -104,6 +120,8 @@ class TrainMode:
                 self._poll()
             elif result.kind == "action":
                 log.debug(f"connection {event.epoch}: action, env(s) {list(result.envs)}, {len(event.frame)} bytes")
+                if self.observer is not None:
+                    self._observe_chunks(result.envs)
                 if self.lockstep:
                     for env in result.envs:
                         self._step(env)
@@ -111,9 +129,19 @@ class TrainMode:
                     self._start_chunks(result.envs)
         elif isinstance(event, Connected):
             self.rollout.on_connected(event.epoch)
+            if self.observer is not None:
+                self.observer.link_event(self.robot.now_ns(), "connect", event.epoch, detail={"uri": event.uri})
             log.info(f"connected to the trainer at {event.uri} (connection {event.epoch})")
         elif isinstance(event, Disconnected):
             lost = self.rollout.on_disconnected(event.epoch)
+            if self.observer is not None:
+                self.observer.link_event(
+                    self.robot.now_ns(),
+                    "close",
+                    event.epoch,
+                    reason=f"{event.kind.value}: {event.detail}",
+                    dropped_envs=lost,
+                )
             self.last_close = f"{event.kind.value}: {event.detail}"
             dropped = f"; dropped the chunks of env(s) {list(lost)}" if lost else ""
             text = f"trainer connection closed ({event.kind.value}, {event.detail}){dropped}"
@@ -164,14 +192,16 @@ class TrainMode:
             i = io.index
             action = None if paused or stale[i] else self.rollout.take_step(i)
             if action is not None:
-                robot.publish(i, action, stamp)
+                self._observe_step(i, now_ns, robot.publish(i, action, stamp))
                 steps.started(i, now_s)
             elif not (paused or stale[i]) and (
                 steps.awaiting_answer(i) or (self.rollout.step_in_flight(i) and not steps.due(i, now_s))
             ):
                 pass  # its next chunk's first step is on its way, or that step is still running: keep the command
             else:
-                robot.idle(i, stamp)
+                sent = robot.idle(i, stamp)
+                if self.observer is not None:
+                    self.observer.step(i, now_ns, None, sent)
 
     def _start_chunks(self, envs: Sequence[int]) -> None:
         """Timer mode: a new chunk's first step goes out the moment the chunk arrives, not at the next tick."""
@@ -186,7 +216,7 @@ class TrainMode:
                 continue  # the next tick idles it
             action = self.rollout.take_step(i)
             if action is not None:
-                robot.publish(i, action, stamp)
+                self._observe_step(i, now_ns, robot.publish(i, action, stamp))
                 self._steps.started(i, now_ns * 1e-9)
 
     def _evaluate(self, io: EnvIO, now_ns: int, stale: bool) -> None:
@@ -200,6 +230,8 @@ class TrainMode:
             io.interrupted = True
             return
         reward, terminated, truncated, success = self.robot.step_result(i)
+        if self.observer is not None:
+            self.observer.step_result(i, now_ns, reward, terminated, truncated, success)
         self.rollout.finish_step(i, reward, terminated, truncated, success, row, io.interrupted)
         io.interrupted = False
         self.step_rates[i].add(now_ns * 1e-9)
@@ -229,7 +261,44 @@ class TrainMode:
         action = self.rollout.take_step(env)
         if action is None:
             return
-        robot.publish(env, action, robot.stamp())
+        sent = robot.publish(env, action, robot.stamp())
+        if self.observer is not None:
+            self._observe_step(env, robot.now_ns(), sent)
+
+    # -- observing (the recorder hears every transition; it never steers) ------
+
+    def _observe_step(self, env: int, now_ns: int, sent: dict[str, np.ndarray | None]) -> None:
+        if self.observer is not None:
+            self.observer.step(env, now_ns, self.rollout.envs[env].next_step - 1, sent)
+
+    def _observe_chunks(self, envs: Sequence[int]) -> None:
+        assert self.observer is not None
+        now_ns = self.robot.now_ns()
+        latencies = self.rollout.infer_latencies
+        if latencies:
+            self.observer.latency(now_ns, latencies[-1])
+        for env in envs:
+            chunk = self.rollout.envs[env].chunk  # this env's steps of the chunk, [steps, width]
+            if chunk is not None:
+                self.observer.chunk(env, now_ns, chunk)
+
+    def _observe_sent(
+        self, now_ns: int, outgoing: Sequence[Any], rows: dict[int, ObservationRow], pending: list[Any]
+    ) -> None:
+        """The observations that went out in ``outgoing``, and the episodes its feedback ended."""
+        observer = self.observer
+        assert observer is not None
+        for message in outgoing:
+            for env in message.env_indices:
+                if message.kind == "feedback":
+                    fed = pending[env]
+                    if fed is None or fed.row is None:
+                        continue
+                    observer.observation(env, now_ns, fed.row, "feedback")
+                    if fed.episode is not None:
+                        observer.episode_end(env, now_ns, fed.episode.ret, fed.episode.length, fed.episode.success)
+                elif env in rows:  # absent: the infer reuses the feedback's row
+                    observer.observation(env, now_ns, rows[env], "infer")
 
     def _housekeeping(self) -> None:
         """Lockstep: failures, resets, deadlines and batching windows, which no message arrival drives."""
@@ -265,16 +334,19 @@ class TrainMode:
     def _poll(self, now_ns: int | None = None) -> None:
         robot = self.robot
         now_ns = robot.now_ns() if now_ns is None else now_ns
-        captured: list[int] = []
+        captured: dict[int, ObservationRow] = {}
 
         def capture(env: int) -> ObservationRow | None:
             row = robot.observe(env, now_ns)
             if row is not None:
-                captured.append(env)
+                captured[env] = row
             return row
 
         inferring = [e.inferring for e in self.rollout.envs]
+        pending = [e.pending for e in self.rollout.envs]  # what a feedback sent now carries
         outgoing = self.rollout.poll(capture)
+        if self.observer is not None:
+            self._observe_sent(now_ns, outgoing, captured, pending)
         # Each captured observation starts a chunk: its rewards and done flags count from it.
         # (No message is handled between the capture and here: one executor thread.)
         for env in captured:
