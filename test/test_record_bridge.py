@@ -7,12 +7,15 @@ with what the actuators' subscribers received.
 
 from __future__ import annotations
 
+import os
+import signal
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import Child, Robot, TrainerThread, free_port
+from diagnostic_msgs.msg import DiagnosticArray
+from harness import Child, Robot, TrainerThread, free_port, statuses, wait_until
 from std_msgs.msg import Float64MultiArray
 from test_faults import probe_bridge_command, probe_robot, shown, trainer_settings, wait_for_actuators
 
@@ -167,3 +170,63 @@ def test_a_recorded_probe_run_holds_what_the_trainer_saw_and_sent_and_what_the_a
         assert commanded, f"env {env}: no command recorded"
         # shutdown's idle commands (none for the probe: idle none) come after the last recorded step
         assert heard[: len(commanded)] == commanded, f"env {env}: commands differ"
+
+
+def writer_process_of(bridge_pid: int) -> int:
+    """The recorder's writer process: the bridge's one child running plugrl_ros.record.writer_process."""
+    children = []
+    for task in Path(f"/proc/{bridge_pid}/task").iterdir():
+        children += [int(pid) for pid in (task / "children").read_text().split()]
+    writers = [pid for pid in children if b"writer_process" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(writers) == 1, children
+    return writers[0]
+
+
+def test_a_stopped_writer_drops_records_counted_on_diagnostics_while_the_robot_keeps_stepping(tmp_path):
+    """SIGSTOP the writer process: the queue fills, records are dropped and counted; the robot steps on."""
+    port = free_port()
+    settings = trainer_settings(port=port, script=("stop",), n_envs=2, feedbacks_per_connection=100_000)
+    trainer = TrainerThread(settings)
+    listener = Robot()
+    recording: list[dict[str, str]] = []
+
+    def on_diagnostics(msg: DiagnosticArray) -> None:
+        for name, (_, _, values_) in statuses(msg).items():
+            if name.endswith(": recording"):
+                recording.append(values_)
+
+    try:
+        listener.listen(DiagnosticArray, "/diagnostics", on_diagnostics)
+        heard = [listener.listen(Float64MultiArray, f"/probe{i}/action") for i in range(2)]
+        command = probe_bridge_command(f"ws://127.0.0.1:{port}", 2, mode="timer", rate=50.0)
+        command += ["-p", f"record.path:={tmp_path}", "-p", "record.queue_mb:=0.05"]
+        with probe_robot(2), shown(Child(command), "bridge") as bridge:
+            wait_for_actuators(listener, 2)
+            trainer.start()
+            wait_until(lambda: all(len(inbox) >= 20 for inbox in heard), 60, "both robots stepping")
+            writer = writer_process_of(bridge.proc.pid)
+            os.kill(writer, signal.SIGSTOP)
+            try:
+                stopped_at = [len(inbox) for inbox in heard]
+                wait_until(lambda: recording and int(recording[-1]["dropped"]) > 0, 60, "drops counted on /diagnostics")
+                # judged by step counts, not timing: both robots took many steps while the writer was stopped
+                wait_until(
+                    lambda: all(len(inbox) >= n + 100 for inbox, n in zip(heard, stopped_at, strict=True)),
+                    60,
+                    "100 more steps of each robot with the writer stopped",
+                )
+                assert recording[-1]["state"] == "recording", recording[-1]
+            finally:
+                os.kill(writer, signal.SIGCONT)
+            code = bridge.stop()
+            output = bridge.output()
+        trainer.end()
+    finally:
+        listener.close()
+    assert code == 0, output
+    assert "records written" in output and "dropped" in output, output
+    files = sorted(tmp_path.glob("*.mcap"))
+    readers = []
+    for reader, _ in read_all(files):
+        readers.append(reader)
+    assert readers and readers[-1].complete, readers[-1].problem if readers else "empty"
