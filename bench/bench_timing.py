@@ -12,6 +12,10 @@ bridge takes on the tick just before publishing: the intervals between
 stamps are the intervals between publications, free of DDS delivery jitter
 (receive-time intervals are shown too).
 
+``--record`` runs each case with recording off and on (``record.path``; the
+bridge CPU column is the bridge process alone, not its writer process);
+``--camera-hz`` sets the cameras' rate.
+
 Reported per rate: the deviation of each interval from the period (median,
 p99, max), late ticks (an interval over 1.5 periods), missed ticks (rcl
 drops a tick more than a period late), and drift: how far the schedule's
@@ -123,15 +127,27 @@ def interval_stats(times_ns: list[int], period_s: float) -> dict[str, float]:
     }
 
 
-def run_one(rate: float, camera: str, reuse: bool, seconds: float, warmup: float, workdir: Path) -> dict[str, Any]:
+def run_one(
+    rate: float,
+    camera: str,
+    reuse: bool,
+    seconds: float,
+    warmup: float,
+    workdir: Path,
+    record: bool = False,
+    camera_hz: float = 30.0,
+) -> dict[str, Any]:
     trainer_args = ["--horizon", str(HORIZON), "--action-dim", str(ACTION_DIM)] + (["--reuse"] if reuse else [])
     with common.children() as started:
         trainer = common.TrainerChild(*trainer_args)
         started.append(trainer)
-        started.append(common.Child(common.python_script("sensor_node.py", "--envs", "1", "--camera", camera)))
+        sensors = ("--envs", "1", "--camera", camera, "--camera-hz", f"{camera_hz:g}")
+        started.append(common.Child(common.python_script("sensor_node.py", *sensors)))
         params = bridge_params(camera, 1)
         params.update({"trainer.uri": trainer.uri, "control.rate_hz": rate, "trainer.use_reuse": reuse})
-        config = common.write_params(workdir / f"timing-{rate:g}-{camera}-{reuse}.yaml", nest(params))
+        if record:
+            params["record.path"] = str(workdir / f"recording-{rate:g}-{camera}-{reuse}")
+        config = common.write_params(workdir / f"timing-{rate:g}-{camera}-{reuse}-{record}.yaml", nest(params))
         recorder = Recorder(["/robot0/arm_cmd", "/reference/arm_cmd"])
         try:
             started.append(common.Child(common.python_script("timer_node.py", "--rate", f"{rate:g}")))
@@ -164,6 +180,8 @@ def run_one(rate: float, camera: str, reuse: bool, seconds: float, warmup: float
         "rate": rate,
         "camera": camera,
         "reuse": reuse,
+        "record": record,
+        "camera_hz": camera_hz,
         "stamps": interval_stats(stamps, period),
         "arrivals": interval_stats(arrivals, period),
         "reference": interval_stats(reference, period),
@@ -180,6 +198,7 @@ def tables(results: dict[str, Any]) -> str:
         "rate Hz",
         "cameras",
         "reuse",
+        "recording",
         "publications",
         "median dev ms",
         "p99 dev ms",
@@ -201,8 +220,9 @@ def tables(results: dict[str, Any]) -> str:
         body.append(
             (
                 f"{r['rate']:g}",
-                f"2x {r['camera']}",
+                f"2x {r['camera']} at {r.get('camera_hz', 30.0):g} Hz",
                 "on" if r["reuse"] else "off",
+                "on" if r.get("record") else "off",
                 int(s["count"]),
                 f"{s['median_dev_ms']:.3f}",
                 f"{s['p99_dev_ms']:.2f}",
@@ -220,7 +240,7 @@ def tables(results: dict[str, Any]) -> str:
             )
         )
     title = (
-        "### Control timing (timer mode, 1 env, 2 cameras at 30 Hz + 14-joint JointState at 100 Hz, "
+        "### Control timing (timer mode, 1 env, 2 cameras (rate in the table) + 14-joint JointState at 100 Hz, "
         f"chunks of {HORIZON})"
     )
     note = (
@@ -234,7 +254,11 @@ def tables(results: dict[str, Any]) -> str:
 
 
 def verdict(results: dict[str, Any]) -> list[str]:
-    runs = [r for r in results["rows"] if r["rate"] == 100.0 and r["camera"] == "raw640" and r["reuse"]]
+    runs = [
+        r
+        for r in results["rows"]
+        if r["rate"] == 100.0 and r["camera"] == "raw640" and r["reuse"] and not r.get("record")
+    ]
     if not runs:
         return []
     p99 = common.median([r["stamps"]["p99_dev_ms"] for r in runs])
@@ -254,6 +278,10 @@ def main() -> int:
     common.standard_arguments(parser, repeat=3)
     parser.add_argument("--seconds", type=float, default=None, help="measurement window per run (default 12)")
     parser.add_argument("--runs", default="", help="only these runs, e.g. 100:raw640:on,200:jpeg640:off")
+    parser.add_argument(
+        "--record", action="store_true", help="each run twice, recording off and on (record.path), side by side"
+    )
+    parser.add_argument("--camera-hz", type=float, default=30.0, help="the cameras' rate (default %(default)s)")
     args = parser.parse_args()
     common.use_own_domain()
     import rclpy
@@ -273,11 +301,12 @@ def main() -> int:
             # rounds of every run, so that a burst of load from a neighbour spoils one run of a kind, not all
             for round_index in range(1 if args.quick else args.repeat):
                 for rate, camera, reuse in runs:
-                    row = run_one(rate, camera, reuse, seconds, warmup, Path(tmp))
-                    rows.append({**row, "round": round_index})
+                    for record in (False, True) if args.record else (False,):
+                        row = run_one(rate, camera, reuse, seconds, warmup, Path(tmp), record, args.camera_hz)
+                        rows.append({**row, "round": round_index})
     finally:
         rclpy.try_shutdown()
-    rows.sort(key=lambda r: (r["camera"] != "raw640", not r["reuse"], r["rate"], r["round"]))
+    rows.sort(key=lambda r: (r["camera"] != "raw640", not r["reuse"], r["rate"], r["round"], r["record"]))
     results: dict[str, Any] = {"rows": rows}
     results["verdict"] = verdict(results)
     print(tables(results))

@@ -38,7 +38,7 @@ def test_the_codec_benchmark_prints_its_table():
     [
         ("observation", "| case | n | payload MB | floor µs |"),
         ("action", "| n | first actuator msg µs |"),
-        ("timing", "| rate Hz | cameras | reuse | publications |"),
+        ("timing", "| rate Hz | cameras | reuse | recording | publications |"),
         ("step_rate", "| code | H | rate Hz | env steps/s per robot | steps/s ÷ rate_hz |"),
         ("throughput", "| client | n | reuse | env steps/s |"),
         ("policy_execution", "| H | latency ms | mode | idle % |"),
