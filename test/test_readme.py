@@ -54,6 +54,9 @@ EXERCISED = {
     "ros2 topic info -v": "not here: ros2cli is not on PyPI; a standard ROS 2 tool the troubleshooting table points to",
     "source scripts/env.sh": PIP_BRIDGE,
     "plugrl-bridge --ros-args --params-file": PIP_BRIDGE,
+    "plugrl-record-info": (
+        "mirror: test_record_tools.py::test_record_info_summarizes_envs_episodes_returns_steps_drops_and_link_events"
+    ),
 }
 
 _COMMAND_WORDS = ("scripts/", "plugrl-", "ros2 ", "colcon ", "rosdep ", "pip ", "git ", "mkdir ", "cd ", "source ")
