@@ -265,9 +265,15 @@ def test_a_child_process_runs_the_installed_package_not_the_one_in_its_current_d
 
 def _without_opencv(tmp_path: Path) -> dict[str, str]:
     """The environment of a process in which ``import cv2`` fails, as after a plain ``pip install .``."""
-    blocked = tmp_path / "no-opencv"
-    (blocked / "cv2").mkdir(parents=True)
-    (blocked / "cv2" / "__init__.py").write_text("raise ImportError(\"No module named 'cv2'\")\n")
+    return _without(tmp_path, "cv2")
+
+
+def _without(tmp_path: Path, *modules: str) -> dict[str, str]:
+    """The environment of a process in which importing each of ``modules`` fails."""
+    blocked = tmp_path / "blocked"
+    for module in modules:
+        (blocked / module).mkdir(parents=True)
+        (blocked / module / "__init__.py").write_text(f"raise ImportError(\"No module named '{module}'\")\n")
     env = ros_env()
     env["PYTHONPATH"] = str(blocked) + os.pathsep + env.get("PYTHONPATH", "")
     return env
@@ -299,6 +305,29 @@ def test_without_opencv_the_bridge_starts_for_a_config_without_images(tmp_path):
         assert _wait_for_text(child, "env(s):", 30), child.output()
         assert child.stop() == 0, child.output()
     assert "Traceback" not in child.output()
+
+
+def test_without_mcap_the_bridge_starts_when_not_recording(tmp_path):
+    # mcap has no apt package: a robot installed with rosdep may lack it, and only recording needs it.
+    params = ROOT / "config" / "probe.yaml"
+    command = executables_command("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(params))
+    with process(command, env=_without(tmp_path, "mcap", "mcap_ros2")) as child:
+        assert _wait_for_text(child, "env(s):", 30), child.output()
+        assert child.stop() == 0, child.output()
+    assert "Traceback" not in child.output()
+
+
+def test_without_mcap_recording_fails_at_startup_naming_the_key_and_what_to_install(tmp_path):
+    params = ROOT / "config" / "probe.yaml"
+    command = executables_command(
+        "plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(params), "-p", f"record.path:={tmp_path}"
+    )
+    done = subprocess.run(
+        command, check=False, env=_without(tmp_path, "mcap", "mcap_ros2"), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "record.path: " in done.stderr and "pip install mcap mcap-ros2-support" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
 
 
 @pytest.mark.ros

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -40,7 +40,11 @@ from plugrl_ros.record import channels, schemas, writer_process
 from plugrl_ros.record.channels import Kind
 from plugrl_ros.record.drop_queue import DropQueue
 from plugrl_ros.record.settings import RecordSettings
-from plugrl_ros.record.writer import Opener, RunWriter
+
+if TYPE_CHECKING:
+    # mcap is imported only where files are written, so a bridge that does not record starts
+    # on a robot without it (there is no apt package; it is a pip install).
+    from plugrl_ros.record.writer import Opener, RunWriter
 
 _SMALL = 256  # bytes a call's Python objects weigh beyond its arrays (a rough, conservative figure)
 _START_TIMEOUT_S = 60.0
@@ -138,6 +142,8 @@ class Recorder:
 
     def _start_thread(self, stem: str) -> Path:
         assert self._opener is not None
+        from plugrl_ros.record.writer import RunWriter
+
         self._writer = RunWriter(self.settings, stem, self._opener, on_open=self._files.append)
         try:
             first = self._writer.open_first()

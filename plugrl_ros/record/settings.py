@@ -9,6 +9,7 @@ this module stays free of ROS and of the node.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +62,16 @@ class RecordConfigError(ValueError):
         self.key = key
 
 
+def _mcap_importable() -> bool:
+    """Whether the MCAP libraries load (tried, not looked up: a broken install must fail here, at startup)."""
+    try:
+        importlib.import_module("mcap.writer")
+        importlib.import_module("mcap_ros2.writer")
+    except ImportError:
+        return False
+    return True
+
+
 def parse_record_section(
     section: SectionReader, make_error: Callable[[str, Any, str], Exception] = RecordConfigError
 ) -> RecordSettings:
@@ -79,6 +90,13 @@ def parse_record_section(
     compression = section.str("compression")
     flush_interval = section.float("flush_interval_s")
     section.finish()
+    if path and not _mcap_importable():
+        raise make_error(
+            section.key("path"),
+            path,
+            "recording needs the mcap libraries (pip install mcap mcap-ros2-support, or plugrl_ros's "
+            "requirements); or leave record.path empty",
+        )
     if image_format != "raw" and importlib.util.find_spec("cv2") is None:
         raise make_error(
             section.key("image_format"),

@@ -33,7 +33,6 @@ from plugrl_ros.protocol import codec
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.record.channels import Kind
 from plugrl_ros.record.settings import RecordSettings
-from plugrl_ros.record.writer import RunWriter
 
 _LENGTH = struct.Struct("<I")
 _NICENESS = 10
@@ -92,6 +91,8 @@ def _read_exact(stream: IO[bytes], size: int) -> bytes | None:
 
 def serve(settings: RecordSettings, stem: str, stdin: IO[bytes], report: Any) -> int:
     """Write what arrives on ``stdin`` until it ends; 0 when the file was finished, 1 when writing failed."""
+    from plugrl_ros.record.writer import RunWriter  # mcap: only the writing process needs it
+
     writer = RunWriter(settings, stem, on_open=lambda path: report({"file": str(path)}))
     last_chunk_close = time.monotonic()
     try:
