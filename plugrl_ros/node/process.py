@@ -88,12 +88,14 @@ def main(args: list[str] | None = None) -> int:
             print(f"[plugrl_bridge] cannot read the command line: {reason}", file=sys.stderr)
         return EXIT_CONFIG
     node: BridgeNode | None = None
+    # Shut down explicitly before the context: an executor left to the garbage collector
+    # destroys its guard condition after rclpy.shutdown and prints a traceback on the way out.
+    executor = SingleThreadedExecutor()
     code = EXIT_OK
     try:
         if stop_request.requested():
             return EXIT_OK  # stopped while starting: no actuator has been touched
         node = BridgeNode(command_line=sys.argv if args is None else args)
-        executor = SingleThreadedExecutor()
         executor.add_node(node)
         # a stop is seen within one turn (0.1 s): the handler cannot wake rcl's wait, and needs not
         while not node.finished and not stop_request.requested():
@@ -110,6 +112,8 @@ def main(args: list[str] | None = None) -> int:
     finally:
         if node is not None:
             node.shutdown_gracefully()
+        executor.shutdown()
+        if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
     return code
