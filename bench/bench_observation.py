@@ -272,8 +272,8 @@ def jpeg_decoders(repeat: int) -> dict[str, float]:
     import cv2
     from PIL import Image as PILImage
 
+    from plugrl_ros.params.section import Section
     from plugrl_ros.ros.images import CompressedImageSource
-    from plugrl_ros.ros.params import Section
 
     msg = image_message("jpeg640", 7)
     data = bytes(msg.data)

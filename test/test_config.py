@@ -7,8 +7,8 @@ import re
 import pytest
 import trustme
 
+from plugrl_ros.params.section import ConfigError
 from plugrl_ros.ros.config import check_environment, load_config
-from plugrl_ros.ros.params import ConfigError
 
 pytestmark = [pytest.mark.ros]
 

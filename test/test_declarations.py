@@ -10,8 +10,8 @@ import yaml
 from harness import ROOT, rcl_node
 from rclpy.parameter import Parameter
 
+from plugrl_ros.params.declarations import NONE, PER_TYPE, REQUIRED, SPECS, spec_for
 from plugrl_ros.ros.config import load_config
-from plugrl_ros.ros.declarations import NONE, PER_TYPE, REQUIRED, SPECS, spec_for
 from plugrl_ros.ros.node_parameters import overrides
 
 pytestmark = [pytest.mark.ros]

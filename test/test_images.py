@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from sensor_msgs.msg import CompressedImage, Image
 
+from plugrl_ros.params.section import ConfigError, Section
 from plugrl_ros.ros.images import ENCODINGS, IMAGE_SOURCES, make_image_source
-from plugrl_ros.ros.params import ConfigError, Section
 from plugrl_ros.ros.sources import ConversionError
 
 pytestmark = [pytest.mark.ros]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from harness import ROOT, launch_arguments, process, ros_env
 
+from plugrl_ros.params.section import ConfigError
 from plugrl_ros.ros.config import load_config
-from plugrl_ros.ros.params import ConfigError
 
 pytestmark = [pytest.mark.ros]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plugrl_ros.ros.declarations import SPECS, descriptor, find_spec, parameter_value, spec_for
-from plugrl_ros.ros.params import ConfigError, nest
-from plugrl_ros.ros.policy_config import POLICY_SPECS, check_policy_environment, load_policy_config
+from plugrl_ros.params.declarations import SPECS, descriptor, find_spec, parameter_value, spec_for
+from plugrl_ros.params.policy import POLICY_SPECS, check_policy_environment, load_policy_config
+from plugrl_ros.params.section import ConfigError, nest
 
 SOURCES = {"images.front", "images.wrist", "states.joints", "text"}
 

@@ -50,7 +50,7 @@ EXERCISED = {
     "plugrl-test-trainer --port 8000 --script resync,stop": HEADLESS,
     "ros2 service call /plugrl_bridge/set_paused": PAUSE,
     "ros2 topic echo /diagnostics": DIAGNOSTICS,
-    "ros2 param": "mirror: test_param_sources.py::test_every_key_read_is_declared_read_only_with_its_descriptor",
+    "ros2 param": "mirror: test_command_line.py::test_every_key_read_is_declared_read_only_with_its_descriptor",
     "ros2 topic info -v": "not here: ros2cli is not on PyPI; a standard ROS 2 tool the troubleshooting table points to",
     "source scripts/env.sh": PIP_BRIDGE,
     "plugrl-bridge --ros-args --params-file": PIP_BRIDGE,

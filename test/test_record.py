@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from record_scenario import DA, ENVS, Call, H, call_time, episode_length, play, scenario
 
+from plugrl_ros.params.section import ConfigError, Section
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.record import channels, schemas
 from plugrl_ros.record.export import EpisodeAssembler
 from plugrl_ros.record.read import RecordingReader, array, image, labelled, values
 from plugrl_ros.record.recorder import Recorder, RecordError, RecorderState
 from plugrl_ros.record.settings import RecordConfigError, RecordSettings, parse_record_section
-from plugrl_ros.ros.params import ConfigError, Section
 
 pytestmark = [pytest.mark.ros]
 

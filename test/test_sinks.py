@@ -12,7 +12,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from plugrl_ros.ros.params import ConfigError, Section
+from plugrl_ros.params.section import ConfigError, Section
 from plugrl_ros.ros.sinks import SINKS, ActionShaper, duration, make_sink
 
 pytestmark = [pytest.mark.ros]

@@ -9,7 +9,7 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float32, Float32MultiArray, Float64, Float64MultiArray, String
 
-from plugrl_ros.ros.params import ConfigError, Section
+from plugrl_ros.params.section import ConfigError, Section
 from plugrl_ros.ros.sources import (
     STATE_SOURCES,
     ConversionError,

@@ -16,9 +16,9 @@ from rclpy.executors import SingleThreadedExecutor
 
 from plugrl_ros import stop_request
 from plugrl_ros.node.bridge_node import BridgeNode
+from plugrl_ros.params.command_line import explain_refusal
+from plugrl_ros.params.section import ConfigError
 from plugrl_ros.record.recorder import RecordError
-from plugrl_ros.ros.param_sources import explain_refusal
-from plugrl_ros.ros.params import ConfigError
 from plugrl_ros.train.train_mode import EXIT_OK
 
 EXIT_CONFIG = 2  # the command line or the parameters are wrong: the user can fix it

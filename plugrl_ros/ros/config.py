@@ -1,6 +1,6 @@
 """The bridge's configuration: ROS parameters parsed once, at startup, into frozen dataclasses.
 
-Every key is read through :class:`plugrl_ros.ros.params.Section`, so a
+Every key is read through :class:`plugrl_ros.params.section.Section`, so a
 wrong type, an impossible value or an unknown key fails here, before
 anything connects, with the key's full dotted name, the value given and what
 is allowed. Everything after startup trusts these objects.
@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from plugrl_ros.params.policy import PolicyConfig, check_policy_environment, load_policy_config
+from plugrl_ros.params.section import ConfigError, Section, nest
 from plugrl_ros.protocol.client import ClientSettings
 from plugrl_ros.record.settings import RecordSettings, parse_record_section
 from plugrl_ros.ros.images import make_image_source
-from plugrl_ros.ros.params import ConfigError, Section, nest
-from plugrl_ros.ros.policy_config import PolicyConfig, check_policy_environment, load_policy_config
 from plugrl_ros.ros.sinks import ActionShaper, make_sink
 from plugrl_ros.ros.sources import TextSource, make_state_source, short_type_name
 

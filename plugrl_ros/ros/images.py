@@ -9,7 +9,7 @@ import numpy as np
 from sensor_msgs.msg import CompressedImage, Image
 
 from plugrl_ros import opencv
-from plugrl_ros.ros.params import ConfigError, Section
+from plugrl_ros.params.section import ConfigError, Section
 from plugrl_ros.ros.sources import ConversionError, registered
 
 try:

@@ -6,7 +6,7 @@ overrides. The bridge reads only those: no second reading of any file. What
 rcl accepts but the bridge must refuse is named here (an empty list, a
 ``-p`` value rcl dropped, a params file with no section for this node); the
 rest is :func:`plugrl_ros.ros.config.load_config`'s job. Every key read is
-then declared with its descriptor (:mod:`plugrl_ros.ros.declarations`).
+then declared with its descriptor (:mod:`plugrl_ros.params.declarations`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from typing import Any
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from plugrl_ros.ros.config import BridgeConfig, is_ros_owned, load_config
-from plugrl_ros.ros.declarations import declare
-from plugrl_ros.ros.param_sources import (
+from plugrl_ros.params.command_line import (
     NODE_SECTION_HINT,
     PARAMS_FILE,
     file_sections,
@@ -27,7 +25,9 @@ from plugrl_ros.ros.param_sources import (
     params_files,
     rule_key,
 )
-from plugrl_ros.ros.params import ConfigError
+from plugrl_ros.params.declarations import declare
+from plugrl_ros.params.section import ConfigError
+from plugrl_ros.ros.config import BridgeConfig, is_ros_owned, load_config
 from plugrl_ros.ros_args import ROS_ARGS
 
 

@@ -12,7 +12,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from plugrl_ros.ros.params import ConfigError, Section
+from plugrl_ros.params.section import ConfigError, Section
 from plugrl_ros.ros.sources import read_joint_names, read_slice, registered
 
 IDLE_CHOICES = ("hold", "zero", "none")

@@ -12,7 +12,7 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float32, Float32MultiArray, Float64, Float64MultiArray, String
 
-from plugrl_ros.ros.params import ConfigError, Section
+from plugrl_ros.params.section import ConfigError, Section
 
 # A robot whose driver reorders joints on every message would otherwise grow
 # the name->index cache without bound; a handful of orders is the real case.

@@ -30,8 +30,8 @@ must look like, and how chunks are executed.
         max_s: 5.0               # an answer later than this: reconnect
 
 Every key's type, default and range is declared in the bridge's table
-(:mod:`plugrl_ros.ros.declarations`; :data:`POLICY_SPECS` is its policy part)
-and read through :class:`plugrl_ros.ros.params.Section`, so the keys read are
+(:mod:`plugrl_ros.params.declarations`; :data:`POLICY_SPECS` is its policy part)
+and read through :class:`plugrl_ros.params.section.Section`, so the keys read are
 recorded with the rest of the configuration and declared on the node.
 """
 
@@ -41,12 +41,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from plugrl_ros.params.declarations import POLICY_KEY_SEPARATORS, SPECS, Spec
+from plugrl_ros.params.section import ConfigError, Section
 from plugrl_ros.policy.execution import ExecutionSettings
 from plugrl_ros.protocol.client import ClientSettings
 from plugrl_ros.protocol.policy.request import RequestInput, RequestLayout
 from plugrl_ros.protocol.policy.session import Expectation
-from plugrl_ros.ros.declarations import POLICY_KEY_SEPARATORS, SPECS, Spec
-from plugrl_ros.ros.params import ConfigError, Section
 
 SECTION = "policy"
 SEPARATORS = POLICY_KEY_SEPARATORS

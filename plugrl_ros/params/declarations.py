@@ -1,6 +1,6 @@
 """The bridge's ROS parameters: every key's type, default, range and meaning, in one table.
 
-This table is the one source of defaults: :class:`plugrl_ros.ros.params.Section`
+This table is the one source of defaults: :class:`plugrl_ros.params.section.Section`
 falls back to it for a key the params file leaves out, checks its ranges and
 choices, and the node declares every key it read with a descriptor built from
 it, so ``ros2 param list/describe/get`` show the configuration the bridge runs

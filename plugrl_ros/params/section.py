@@ -6,7 +6,7 @@ A :class:`Section` is that code's view: typed getters that coerce what is
 safe to coerce (an int where a float is wanted) and otherwise raise a
 :class:`ConfigError` with the full dotted key, the value given and what is
 allowed. Each key's default, range and choices come from its declaration
-(:mod:`plugrl_ros.ros.declarations`), and every value read is recorded
+(:mod:`plugrl_ros.params.declarations`), and every value read is recorded
 (:attr:`Section.used`) so the node can declare the configuration it runs
 with. :meth:`Section.finish` then rejects any key nobody read, so a typo
 fails at startup instead of being silently ignored.
@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from plugrl_ros.ros.declarations import PER_TYPE, Spec, spec_for
+from plugrl_ros.params.declarations import PER_TYPE, Spec, spec_for
 
 _MISSING: Any = object()
 
@@ -66,7 +66,7 @@ class Section:
         """The value of ``name`` (given, else ``default`` for a per-type key, else the declared one) and its Spec."""
         key = self.key(name)
         spec = spec_for(key)
-        assert spec is not None, f"{key} is read but not declared in plugrl_ros.ros.declarations"
+        assert spec is not None, f"{key} is read but not declared in plugrl_ros.params.declarations"
         assert spec.kind == kind, f"{key} is declared as {spec.kind} but read as {kind}"
         assert default is _MISSING or spec.default is PER_TYPE, f"{key}: its default belongs in its declaration"
         self._read.add(name)

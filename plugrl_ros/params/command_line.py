@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from plugrl_ros.ros.params import ConfigError
+from plugrl_ros.params.section import ConfigError
 from plugrl_ros.ros_args import split_ros_args
 
 PARAMS_FILE = "--params-file"

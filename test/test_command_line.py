@@ -15,10 +15,10 @@ from harness import launch_params_file, rcl_node
 from rcl_interfaces.msg import ParameterType
 from rclpy.parameter import Parameter
 
+from plugrl_ros.params.command_line import explain_refusal, override_rules, params_files
+from plugrl_ros.params.section import ConfigError
 from plugrl_ros.ros.config import BridgeConfig
 from plugrl_ros.ros.node_parameters import configure
-from plugrl_ros.ros.param_sources import explain_refusal, override_rules, params_files
-from plugrl_ros.ros.params import ConfigError
 
 pytestmark = [pytest.mark.ros]
 
