@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed
 from plugrl_ros import executables
 from plugrl_ros.demo.reacher import Reacher, ReacherSpec, fingertip
 from plugrl_ros.demo.results import EpisodeRecord, moving_average, summarize, write_results
-from plugrl_ros.demo.runner import parse_diagnostics
+from plugrl_ros.demo.runner import parse_deploy_diagnostics, parse_diagnostics
 from plugrl_ros.demo.trainer import DemoTrainer, DemoTrainerSettings, PolicyGradient, Session
 from plugrl_ros.protocol.client import RESYNC_REASON, ClientSettings
 from plugrl_ros.protocol.codec import packb, unpackb
@@ -287,6 +287,34 @@ def test_parse_diagnostics_reads_the_bridge_link_and_sums_the_envs():
     assert parse_diagnostics(statuses[1:], 1.0) is None  # another node's diagnostics
 
 
+def env_values(episodes: str, mean: str, successes: str, steps: str, idle: str, latency: str) -> list:
+    """A deploy-mode env entry's values, as the bridge names them."""
+    names = ("episodes", "mean return", "successes", "steps", "idle steps at boundaries", "request latency median ms")
+    return [kv(k, v) for k, v in zip(names, (episodes, mean, successes, steps, idle, latency), strict=True)]
+
+
+def test_parse_deploy_diagnostics_weights_each_robots_mean_return_by_its_episodes():
+    statuses = [
+        SimpleNamespace(name="plugrl_bridge: policy server", values=[kv("connected robots", "1/2")]),
+        SimpleNamespace(name="plugrl_bridge: control", values=[kv("mode", "timer (deploy)")]),
+        SimpleNamespace(
+            name="plugrl_bridge: env 0 (reacher0)",
+            values=env_values(episodes="3", mean="-2.000", successes="2", steps="100", idle="1", latency="4.5"),
+        ),
+        SimpleNamespace(
+            name="plugrl_bridge: env 1 (reacher1)",
+            values=env_values(episodes="1", mean="-6.000", successes="0", steps="40", idle="0", latency="-"),
+        ),
+    ]
+    status = parse_deploy_diagnostics(statuses, 1.0)
+    assert status is not None
+    assert (status.connected, status.robots, status.episodes, status.successes) == (1, 2, 4, 2)
+    assert status.mean_return == pytest.approx(-3.0)  # (3 * -2 + 1 * -6) / 4
+    assert (status.steps, status.idle_steps, status.latency_ms) == (140, 1, 4.5)
+    assert parse_deploy_diagnostics(statuses[1:], 1.0) is None  # not a deploy-mode bridge
+    assert parse_diagnostics(statuses, 1.0) is None  # nor is it a training bridge
+
+
 def test_summary_compares_the_first_and_last_episodes():
     records = [EpisodeRecord(float(i), 0, float(i), 10) for i in range(100)]
     summary = summarize(records, 60.0)
@@ -322,7 +350,7 @@ def test_demo_script_runs_learns_and_writes_its_results(tmp_path: Path):
     output = tmp_path / "demo"
     env = dict(os.environ, VENV=sys.prefix, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [str(ROOT / "scripts" / "demo.sh"), "--duration", "25", "--output", str(output)],
+        [str(ROOT / "scripts" / "demo.sh"), "--duration", "25", "--deploy-duration", "10", "--output", str(output)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -330,7 +358,7 @@ def test_demo_script_runs_learns_and_writes_its_results(tmp_path: Path):
         cwd=tmp_path,
     )
     try:
-        out, _ = proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=180)
     finally:
         stop(proc)
     assert proc.returncode == 0, out
@@ -346,6 +374,16 @@ def test_demo_script_runs_learns_and_writes_its_results(tmp_path: Path):
     with np.load(output / "policy.npz", allow_pickle=False) as policy:  # what a linear policy server serves
         assert policy["W"].shape == (2, 8) and policy["b"].shape == (2,) and np.isfinite(policy["W"]).all()
     assert f"learned policy (W, b of its mean action): {output / 'policy.npz'}" in out
+    # then the deploy step: that policy, served by a policy server, drove the same robots in deploy mode
+    deploy = summary["deploy"]
+    assert deploy["episodes"] > 0 and deploy["policy_steps"] > 0, deploy
+    assert deploy["bridge_exit_code"] == 0 and deploy["policy_server_exit_code"] == 0, deploy
+    assert isinstance(deploy["mean_return"], float), deploy
+    assert f"deployed (policy server, mode deploy, 10 s): {deploy['episodes']} episodes" in out
+    deploy_log = (output / "logs" / "deploy_bridge.log").read_text()
+    assert deploy_log.count("connected to the policy server") == 2  # one connection per robot
+    assert "episode 1 " in deploy_log and "the policy server's answer was rejected" not in deploy_log
+    assert "listening on" in (output / "logs" / "policy_server.log").read_text()
 
 
 def test_demo_launch_file_starts_the_three_executables_with_the_demo_config():
@@ -367,6 +405,47 @@ def test_demo_launch_file_starts_the_three_executables_with_the_demo_config():
     assert executables.MODULES["demo"] == "plugrl_ros.demo.runner"
     assert executables.MODULES["demo_robot"] == "plugrl_ros.demo.robot_node"
     assert executables.MODULES["demo_trainer"] == "plugrl_ros.demo.trainer"
+
+
+@pytest.mark.ros
+@pytest.mark.websockets
+def test_the_deploy_step_serves_a_linear_policy_that_reaches_the_target(tmp_path: Path):
+    """The demo's own deploy commands, with a known-good linear policy in place of the learned one."""
+    from harness import process, python_module, wait_until
+
+    from plugrl_ros.demo.runner import DiagnosticsWatch, deploy_bridge_command, policy_server_command
+    from plugrl_ros.shipped import shipped_file
+
+    # the states in name order: joints (2 angles, 2 velocities), then target (dx, dy, then the joint offsets)
+    W = np.zeros((2, 8))
+    W[0, 6] = W[1, 7] = 4.0  # a proportional controller toward the target's joint offsets
+    np.savez(tmp_path / "policy.npz", W=W, b=np.zeros(2))
+    args = SimpleNamespace(envs=1, rate=20.0)
+    robot = python_module("plugrl_ros.demo.robot_node", "--envs", "1", "--image-size", "32")
+    server = policy_server_command(str(tmp_path / "policy.npz"), horizon=5)
+    watch = DiagnosticsWatch()
+    try:
+        with process(robot), process(server) as served:
+            line = wait_until(
+                lambda: next((t for t in served.output().splitlines() if t.startswith("listening on")), None),
+                60,
+                "the policy server listening",
+            )
+            port = int(line.rsplit(":", 1)[1])
+            with process(deploy_bridge_command(args, shipped_file("config", "demo.yaml"), port, 5)) as child:
+                try:
+                    status = wait_until(
+                        lambda: watch.deploy if watch.deploy is not None and watch.deploy.episodes >= 3 else None,
+                        120,
+                        "three deployed episodes",
+                    )
+                finally:
+                    print(child.output())
+    finally:
+        watch.close()
+    assert status.successes >= 1, status  # the controller reaches the target ...
+    assert status.mean_return > -12.5, status  # ... and scores above a zero policy
+    assert status.idle_steps == 0 and status.steps > 0, status
 
 
 @pytest.mark.ros

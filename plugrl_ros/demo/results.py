@@ -106,6 +106,16 @@ def plot_returns(path: Path, records: Sequence[EpisodeRecord], summary: Mapping[
     smooth = moving_average(returns, window)
     if len(smooth):
         ax.plot(times[window - 1 :], smooth, color="tab:red", linewidth=2, label=f"moving average ({window} episodes)")
+    deploy = summary.get("deploy")
+    if isinstance(deploy, Mapping) and deploy.get("mean_return") is not None:
+        # what the learned policy scored afterwards, served by a policy server (the bridge in deploy mode)
+        ax.axhline(
+            deploy["mean_return"],
+            color="tab:green",
+            linestyle="--",
+            linewidth=2,
+            label=f"deployed, no exploration noise: mean of {deploy['episodes']} episodes",
+        )
     ax.set_xlabel("time since the bridge connected (s)")
     ax.set_ylabel("episode return")
     title = "plugrl_ros demo: reacher, " + f"{summary.get('episodes', 0)} episodes"

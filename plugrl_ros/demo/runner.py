@@ -6,8 +6,13 @@ bridge run as separate ROS processes, the bridge configured by the shipped
 start it. Their logs go to files under the output directory; the terminal
 shows one progress line, fed by the trainer's statistics and the bridge's
 ``/diagnostics``. The trainer ends the run after ``--duration`` seconds, the
-bridge then exits by itself, and the demo writes ``summary.json``,
-``episodes.csv`` and, when matplotlib is installed, the plot ``returns.png``.
+bridge then exits by itself. Then the demo deploys what was learned:
+``plugrl-test-policy-server --linear`` serves ``policy.npz`` and the same
+bridge config, in ``mode: deploy``, drives the same robots for
+``--deploy-duration`` seconds; the bridge's /diagnostics count the deployed
+policy's episodes and returns. The demo writes ``summary.json``,
+``episodes.csv`` and, when matplotlib is installed, the plot ``returns.png``,
+with the deployed policy's mean return beside the training curve.
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ RATE_WINDOW_S = 5.0
 # trainer waits 60 s) and the bridge reconnects.
 FEEDBACK_TIMEOUT_S = 10.0
 EPISODE_S = 3.0  # config/demo.yaml's episode.max_steps (60) at 20 Hz
+# The learned policy.npz reads the states concatenated in name order: the request keys config/demo.yaml's
+# policy section sends them as.
+POLICY_STATE_KEYS = "state/joints,state/target"
 
 
 # -- the bridge's /diagnostics ------------------------------------------------------------
@@ -87,6 +95,70 @@ def parse_diagnostics(statuses: Sequence[Any], received_at: float) -> BridgeStat
     return BridgeStatus(received_at, connected, infer_ms, steps, episodes, _int(trainer.get("reconnects")))
 
 
+@dataclass(frozen=True)
+class DeployStatus:
+    """What the bridge in deploy mode last said on /diagnostics, summed over its robots."""
+
+    received_at: float
+    connected: int  # robots connected to the policy server
+    robots: int
+    episodes: int
+    return_sum: float  # of every finished episode (each robot's mean return times its episodes)
+    successes: int
+    steps: int  # control ticks that applied a policy action
+    idle_steps: int  # ticks at a chunk boundary with nothing left to apply
+    latency_ms: float | None  # the largest of the robots' median request latencies
+
+    @property
+    def mean_return(self) -> float | None:
+        return self.return_sum / self.episodes if self.episodes else None
+
+
+def parse_deploy_diagnostics(statuses: Sequence[Any], received_at: float) -> DeployStatus | None:
+    """The deploy-mode bridge's status from a DiagnosticArray's statuses (None if it is not among them)."""
+    link = None
+    episodes = successes = steps = idle = 0
+    return_sum = 0.0
+    latencies = []
+    for status in statuses:
+        values = {kv.key: kv.value for kv in status.values}
+        if status.name.endswith(": policy server") and "connected robots" in values:
+            link = values
+        elif ": env " in status.name and "mean return" in values:
+            n = _int(values.get("episodes"))
+            episodes += n
+            successes += _int(values.get("successes"))
+            steps += _int(values.get("steps"))
+            idle += _int(values.get("idle steps at boundaries"))
+            mean = _float(values.get("mean return"))
+            if n and mean is not None:
+                return_sum += n * mean
+            latency = _float(values.get("request latency median ms"))
+            if latency is not None:
+                latencies.append(latency)
+    if link is None:
+        return None
+    connected, _, robots = link["connected robots"].partition("/")
+    return DeployStatus(
+        received_at,
+        _int(connected),
+        _int(robots),
+        episodes,
+        return_sum,
+        successes,
+        steps,
+        idle,
+        max(latencies) if latencies else None,
+    )
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text or "")
+    except ValueError:
+        return None  # "-": nothing measured yet
+
+
 def _int(text: str | None) -> int:
     try:
         return int(text or 0)
@@ -112,6 +184,7 @@ class DiagnosticsWatch:
         self._executor.add_node(self._node)
         self._lock = threading.Lock()
         self._latest: BridgeStatus | None = None
+        self._deploy: DeployStatus | None = None
         self._history: deque[BridgeStatus] = deque(maxlen=4000)
         self._thread = threading.Thread(target=self._spin, name="plugrl-demo-diagnostics", daemon=True)
         self._thread.start()
@@ -125,6 +198,11 @@ class DiagnosticsWatch:
             pass
 
     def _on_diagnostics(self, msg: Any) -> None:
+        deploy = parse_deploy_diagnostics(msg.status, time.monotonic())
+        if deploy is not None:
+            with self._lock:
+                self._deploy = deploy
+            return
         status = parse_diagnostics(msg.status, time.monotonic())
         if status is not None:
             with self._lock:
@@ -135,6 +213,12 @@ class DiagnosticsWatch:
     def latest(self) -> BridgeStatus | None:
         with self._lock:
             return self._latest
+
+    @property
+    def deploy(self) -> DeployStatus | None:
+        """The deploy-mode bridge's latest status."""
+        with self._lock:
+            return self._deploy
 
     def history(self) -> list[BridgeStatus]:
         with self._lock:
@@ -176,6 +260,13 @@ def _parser() -> argparse.ArgumentParser:
         "timer: a fixed-rate loop, like a real robot",
     )
     p.add_argument("--rate", type=float, default=20.0, help="timer mode: control rate in Hz (default %(default)s)")
+    p.add_argument(
+        "--deploy-duration",
+        type=float,
+        default=20.0,
+        help="then run the learned policy in deploy mode, served by a policy server, for this many seconds "
+        "(default %(default)s; 0: no deploy step)",
+    )
     p.add_argument("--output", default="demo-output", help="results and logs go here (default %(default)s/)")
     p.add_argument("--seed", type=int, default=0, help="seeds the robot's poses and the trainer (default %(default)s)")
     p.add_argument(
@@ -191,6 +282,8 @@ def _parser() -> argparse.ArgumentParser:
 def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     if not args.duration > 0:
         parser.error("--duration must be a positive number of seconds")
+    if not args.deploy_duration >= 0:
+        parser.error("--deploy-duration must be 0 (no deploy step) or a positive number of seconds")
     if args.envs < 1:
         parser.error("--envs must be at least 1")
     if not 0 < args.rate <= 1000:
@@ -217,6 +310,41 @@ def bridge_command(args: argparse.Namespace, config: Path, port: int) -> list[st
     for key, value in overrides.items():
         command += ["-p", f"{key}:={value}"]
     return command
+
+
+def deploy_bridge_command(args: argparse.Namespace, config: Path, port: int, horizon: int) -> list[str]:
+    """The bridge in deploy mode: the same config and robots, a policy server instead of the trainer."""
+    envs = ", ".join(f"'{namespace(i)}'" for i in range(args.envs))
+    overrides = {
+        "mode": "deploy",
+        "policy.uri": f"ws://127.0.0.1:{port}",
+        "policy.action_horizon": str(horizon),
+        "envs": f"[{envs}]",
+        "control.mode": "timer",  # deploy mode runs on the control timer; a lockstep robot steps per command
+        "control.rate_hz": repr(float(args.rate)),
+        "episode.max_steps": str(max(1, round(EPISODE_S * args.rate))),  # as long in seconds as in training
+    }
+    command = executables.command("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(config))
+    for key, value in overrides.items():
+        command += ["-p", f"{key}:={value}"]
+    return command
+
+
+def policy_server_command(policy: str, horizon: int) -> list[str]:
+    """``plugrl-test-policy-server`` serving the learned linear policy on a free port."""
+    return executables.command(
+        "plugrl_ros.tools.test_policy_server",
+        "--port",
+        "0",
+        "--linear",
+        policy,
+        "--horizon",
+        str(horizon),
+        "--action-dim",
+        "2",
+        "--stamp-key",
+        POLICY_STATE_KEYS,
+    )
 
 
 def robot_command(args: argparse.Namespace) -> list[str]:
@@ -312,6 +440,17 @@ def status_line(stats: TrainerStats, bridge: BridgeStatus | None, steps_per_s: f
     return f"{clock} | {link} | {rate} steps/s | {stats.episodes} episodes | return {ret} | infer {infer}"
 
 
+def deploy_status_line(status: DeployStatus | None, elapsed_s: float, duration: float) -> str:
+    """The deploy step's progress line: time, policy server link, episodes, mean return, request latency."""
+    clock = f"deploy {min(elapsed_s, duration):3.0f}/{duration:g} s"
+    if status is None:
+        return f"{clock} | waiting for the bridge"
+    link = f"policy server {status.connected}/{status.robots} connected"
+    ret = "-" if status.mean_return is None else f"{status.mean_return:.2f}"
+    latency = "-" if status.latency_ms is None else f"{status.latency_ms:.1f} ms"
+    return f"{clock} | {link} | {status.episodes} episodes | mean return {ret} | request {latency}"
+
+
 class DemoRun:
     """Starts the three parts, watches them, stops them, and reports."""
 
@@ -348,19 +487,33 @@ class DemoRun:
         )
         watch = DiagnosticsWatch()
         robot = _Child("robot", robot_command(args), self.logs / "robot.log")
-        bridge = _Child("bridge", bridge_command(args, config, port), self.logs / "bridge.log")
-        progress = Progress(self.out)
-        started = time.monotonic()
-        latencies: list[float] = []
+        deploy: dict[str, Any] | None = None
         try:
-            self._watch(trainer, watch, robot, bridge, progress, started, latencies)
-        finally:
-            progress.done()
-            trainer.end()
-            bridge_code = bridge.stop()
-            robot_code = robot.stop()
-            trainer.join(10.0)
+            bridge = _Child("bridge", bridge_command(args, config, port), self.logs / "bridge.log")
+            progress = Progress(self.out)
+            started = time.monotonic()
+            latencies: list[float] = []
+            try:
+                self._watch(trainer, watch, robot, bridge, progress, started, latencies)
+            finally:
+                progress.done()
+                trainer.end()
+                bridge_code = bridge.stop()
+                trainer.join(10.0)
             history = watch.history()
+            # the trainer has stopped: nothing changes the learner any more
+            policy = write_policy(self.output, trainer.trainer.learner)
+            if (
+                policy is not None
+                and args.deploy_duration > 0
+                and self.failure is None
+                and bridge_code == 0
+                and trainer.error is None
+                and not stop_request.requested()
+            ):
+                deploy = self._deploy(config, policy, settings.horizon, watch, robot)
+        finally:
+            robot_code = robot.stop()
             watch.close()
         # Ctrl-C or SIGTERM: the run ends early, but in order, and its results are written as at its end.
         interrupted = stop_request.requested()
@@ -370,6 +523,8 @@ class DemoRun:
         records = trainer.trainer.records()
         summary = summarize(records, stats.elapsed_s)
         summary.update(self._run_facts(history, stats, latencies, bridge_code, robot_code))
+        if deploy is not None:
+            summary["deploy"] = deploy
         if self.failure is None and trainer.error is not None:
             self.failure = f"the trainer failed: {trainer.error!r}"
         if self.failure is None and bridge_code != 0:
@@ -383,7 +538,6 @@ class DemoRun:
         if self.failure is not None:
             summary["failure"] = self.failure
         paths = write_results(self.output, records, summary)
-        policy = write_policy(self.output, trainer.trainer.learner)  # the trainer has stopped: nothing changes it
         if policy is not None:
             paths["policy.npz"] = policy
         recordings = recordings_made(self.output, started_wall) if args.record else []
@@ -391,6 +545,101 @@ class DemoRun:
             paths["recording"] = " ".join(str(path) for path in recordings)
         self._print_summary(summary, paths)
         return EXIT_OK if self.failure is None else EXIT_FAILED
+
+    # -- the deploy step ------------------------------------------------------------
+
+    def _deploy(
+        self, config: Path, policy: str, horizon: int, watch: DiagnosticsWatch, robot: _Child
+    ) -> dict[str, Any]:
+        """Serve ``policy`` and drive the same robots with it in deploy mode; what /diagnostics counted.
+
+        On a failure :attr:`failure` says what (the training results stand).
+        """
+        args = self.args
+        self._say(
+            f"plugrl-demo: deploying the learned policy ({policy}) for {args.deploy_duration:g} s: "
+            f"plugrl-test-policy-server --linear serves it, the bridge runs in mode deploy at {args.rate:g} Hz"
+        )
+        server = _Child("policy server", policy_server_command(policy, horizon), self.logs / "policy_server.log")
+        progress = Progress(self.out)
+        status: DeployStatus | None = None
+        bridge_code = server_code = None
+        try:
+            port = self._server_port(server)
+            if port is not None:
+                command = deploy_bridge_command(args, config, port, horizon)
+                bridge = _Child("deploy bridge", command, self.logs / "deploy_bridge.log")
+                try:
+                    status = self._watch_deploy(bridge, server, robot, watch, progress)
+                finally:
+                    progress.done()
+                    bridge_code = bridge.stop()
+        finally:
+            server_code = server.stop()
+        if self.failure is None and bridge_code not in (0, None):
+            self.failure = (
+                f"the deploy-mode bridge exited with status {bridge_code}; see {self.logs / 'deploy_bridge.log'}"
+            )
+        if self.failure is None and server_code != 0:
+            self.failure = f"the policy server exited with status {server_code}; see {server.log_path}"
+        if self.failure is None and not stop_request.requested() and (status is None or not status.episodes):
+            self.failure = f"no episode completed in deploy mode; see {self.logs / 'deploy_bridge.log'}"
+        result: dict[str, Any] = {
+            "duration_s": args.deploy_duration,
+            "execution": "switch",
+            "episodes": status.episodes if status else 0,
+            "mean_return": None if status is None or status.mean_return is None else round(status.mean_return, 3),
+            "successes": status.successes if status else 0,
+            "policy_steps": status.steps if status else 0,
+            "idle_steps_at_boundaries": status.idle_steps if status else 0,
+            "request_latency_median_ms": status.latency_ms if status else None,
+            "bridge_exit_code": bridge_code,
+            "policy_server_exit_code": server_code,
+        }
+        return result
+
+    def _server_port(self, server: _Child) -> int | None:
+        """The port the policy server said it listens on (its first line), or None (:attr:`failure` says why)."""
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while not stop_request.requested():
+            text = server.log_path.read_text()
+            if "listening on" in text:
+                return int(text.split("listening on", 1)[1].split()[0].rsplit(":", 1)[1])
+            if server.poll() is not None or time.monotonic() > deadline:
+                self.failure = f"the policy server did not start; see {server.log_path}"
+                return None
+            time.sleep(0.1)
+        return None
+
+    def _watch_deploy(
+        self, bridge: _Child, server: _Child, robot: _Child, watch: DiagnosticsWatch, progress: Progress
+    ) -> DeployStatus | None:
+        """Progress until ``--deploy-duration`` after every robot connected; the bridge's last status."""
+        duration = self.args.deploy_duration
+        started = time.monotonic()
+        connected_at = None
+        while not stop_request.requested():
+            now = time.monotonic()
+            for child in (bridge, server, robot):
+                if child.poll() is not None:
+                    self.failure = f"the {child.name} exited with status {child.poll()}; see {child.log_path}"
+                    return watch.deploy
+            status = watch.deploy
+            if connected_at is None and status is not None and status.robots and status.connected == status.robots:
+                connected_at = now
+            if connected_at is None and now - started > CONNECT_TIMEOUT_S:
+                self.failure = (
+                    f"the bridge did not reach the policy server within {CONNECT_TIMEOUT_S:g} s; see {bridge.log_path}"
+                )
+                return status
+            if connected_at is not None and now - connected_at >= duration:
+                return status
+            if progress.due(now):
+                progress.show(
+                    now, deploy_status_line(status, 0.0 if connected_at is None else now - connected_at, duration)
+                )
+            time.sleep(0.1)
+        return watch.deploy
 
     def _watch(
         self,
@@ -470,6 +719,14 @@ class DemoRun:
             lines.append(
                 f"  mean episode return: first {n} episodes {summary['first_mean_return']:.2f} -> "
                 f"last {n} episodes {summary['last_mean_return']:.2f} ({summary['improvement']:+.2f})"
+            )
+        deploy = summary.get("deploy")
+        if deploy is not None:
+            mean = deploy["mean_return"]
+            lines.append(
+                f"  deployed (policy server, mode deploy, {deploy['duration_s']:g} s): {deploy['episodes']} episodes, "
+                f"mean return {'-' if mean is None else f'{mean:.2f}'}, {deploy['successes']} reached the target, "
+                f"{deploy['idle_steps_at_boundaries']} idle steps at chunk boundaries"
             )
         latency = summary["infer_round_trip_median_ms"]
         lines.append(f"  infer round trip (bridge, median): {'-' if latency is None else f'{latency:.1f} ms'}")

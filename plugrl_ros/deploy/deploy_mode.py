@@ -8,6 +8,12 @@ timer steps every robot that may move: a robot paused, reset or with a stale
 source does not step at all (its chunks are dropped, its actuators idle),
 since ticks are counted and a chunk kept across a stop would replay steps
 whose moment passed. Deploy mode runs on the control timer only.
+
+Episodes are counted as in train mode, from the same ``reward`` and
+``episode`` topics (:mod:`plugrl_ros.policy.episodes` says when one begins
+and ends): when one ends the robot's chunks are dropped, its reset runs
+(``reset.mode``), and its policy starts again from a fresh observation.
+Returns and successes go to /diagnostics and the log, never to the server.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from rclpy.node import Node
 
 from plugrl_ros.node.diagnostics import ERROR, OK, WARN, Entry
 from plugrl_ros.policy.deploy import DeployRobot
+from plugrl_ros.policy.episodes import EpisodeEnd, EpisodeTracker, Phase
 from plugrl_ros.policy.runner import PolicyRunner
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.protocol.policy.link import PolicyLinks
@@ -59,6 +66,10 @@ class DeployMode:
             DeployRobot(PolicyRunner(policy.execution, config.control.period_s, time.monotonic), policy.layout)
             for _ in range(n)
         ]
+        self.episodes = [
+            EpisodeTracker(config.episode.max_steps, config.reset.mode != "none", config.reset.on_start)
+            for _ in range(n)
+        ]
         self.ticks: deque[float] = deque(maxlen=1000)
         self.held = [True] * n  # not stepping (paused, resetting, stale): chunks dropped, actuators idle
         self._guard = node.create_guard_condition(self._deliver, callback_group=callback_group)
@@ -78,9 +89,14 @@ class DeployMode:
         """Timer mode: a message only updates the env's sources, read at the next tick."""
 
     def on_pause(self, paused: bool) -> None:
+        """Paused: every robot's chunks are dropped and its running episode is truncated (as in train mode)."""
         if paused:
-            for deploy in self.robots:
+            for i, deploy in enumerate(self.robots):
                 deploy.hold()
+                reward, _, _, success = self.robot.step_result(i)
+                end = self.episodes[i].truncate(reward, success)
+                if end is not None:
+                    self._episode_ended(i, end, "paused")
 
     # -- policy link events ---------------------------------------------------
 
@@ -111,22 +127,55 @@ class DeployMode:
         stamp = robot.stamp()
         for io in robot.envs:
             i = io.index
-            if robot.paused or io.resetting or io.stale_sources(now_ns):
-                if not self.held[i]:
-                    self.robots[i].hold()
-                    self.held[i] = True
+            episode = self.episodes[i]
+            if episode.phase is Phase.RESETTING:
+                self._hold(i)
+                robot.idle(i, stamp)
+                if robot.reset(i):  # started on the first call; never while paused
+                    episode.reset_done()
+                continue
+            if robot.paused or io.stale_sources(now_ns):
+                self._hold(i)
                 robot.idle(i, stamp)
                 continue
+            if episode.running:
+                end = episode.result(*robot.step_result(i))
+                if end is not None:
+                    self._episode_ended(i, end, "terminated" if end.terminated else "truncated")
+                    robot.idle(i, stamp)
+                    continue
             self.held[i] = False
             step = self.robots[i].tick(lambda i=i: self._observe(i, now_ns))
             if step.action is None:
                 robot.idle(i, stamp)
+                if episode.running:
+                    episode.stepped()  # the world moves on while the robot waits for a chunk
             else:
+                if episode.running:
+                    episode.stepped()
+                else:
+                    robot.begin_window(i)  # the episode's rewards and done flags count from its first action
+                    episode.begin()
                 robot.publish(i, step.action, stamp)
             if step.request is not None:
                 self.links.request(i, step.request.epoch, step.request.observation, step.request.tag)
             if step.abort is not None:
                 self.links.abort(i, *step.abort)
+
+    def _hold(self, env: int) -> None:
+        if not self.held[env]:
+            self.robots[env].hold()
+            self.held[env] = True
+
+    def _episode_ended(self, env: int, end: EpisodeEnd, how: str) -> None:
+        """Drop the robot's chunks (the next episode starts from a fresh observation) and log the episode."""
+        self._hold(env)
+        tracker = self.episodes[env]
+        after = "resetting" if tracker.phase is Phase.RESETTING else "no reset (reset.mode none)"
+        self._node.get_logger().info(
+            f"[{self._env_name(env)}] episode {tracker.episodes} {how} after {end.length} steps: "
+            f"return {end.ret:.3f}{', success' if end.success else ''}; {after}"
+        )
 
     def _observe(self, env: int, now_ns: int) -> dict[str, Any] | None:
         row = self.robot.observe(env, now_ns)
@@ -173,12 +222,22 @@ class DeployMode:
         entries = [link, loop]
         now_ns = self.robot.now_ns()
         for io, deploy in zip(self.robot.envs, self.robots, strict=True):
+            episode = self.episodes[io.index]
             entry = Entry(
-                f"{prefix}: env {io.index} ({self._env_name(io.index)})", values=deploy.runner.stats().values()
+                f"{prefix}: env {io.index} ({self._env_name(io.index)})",
+                values={**episode_values(episode, io.reset.total_failures), **deploy.runner.stats().values()},
             )
             stale = io.stale_sources(now_ns)
-            if stale:
-                entry.worse(WARN, "stale: " + "; ".join(stale))
+            if episode.phase is Phase.RESETTING:
+                if io.reset.failures:
+                    entry.worse(WARN, f"reset failing ({io.reset.failures}x): {io.reset.last_error}")
+                else:
+                    entry.message = f"resetting ({io.reset.state.value})"
+            elif stale:
+                if all(reason.endswith("(nothing new since the reset)") for reason in stale):
+                    entry.message = "waiting for fresh observations after the reset"
+                else:
+                    entry.worse(WARN, "stale: " + "; ".join(stale))
             elif self.robot.paused:
                 entry.message = "paused"
             elif deploy.epoch is None:
@@ -192,8 +251,31 @@ class DeployMode:
         """The periodic one-line status: connections, rate, and each robot's runner summary."""
         connected = sum(deploy.epoch is not None for deploy in self.robots)
         robots = "; ".join(
-            f"{self._env_name(i)}: {deploy.runner.stats().summary()}" for i, deploy in enumerate(self.robots)
+            f"{self._env_name(i)}: {deploy.runner.stats().summary()}{episode_summary(self.episodes[i])}"
+            for i, deploy in enumerate(self.robots)
         )
         return f"policy server {connected}/{len(self.robots)} connected | {self.achieved_rate():.1f} Hz | {robots}" + (
             " | PAUSED" if self.robot.paused else ""
         )
+
+
+def episode_values(episode: EpisodeTracker, reset_failures: int) -> dict[str, str]:
+    """One robot's episode counters, for its /diagnostics entry (the same keys as train mode's where they match)."""
+    mean, recent = episode.mean_return(), episode.recent_mean_return()
+    return {
+        "episodes": str(episode.episodes),
+        "last return": "-" if episode.last is None else f"{episode.last.ret:.3f}",
+        "mean return": "-" if mean is None else f"{mean:.3f}",
+        "recent mean return": "-" if recent is None else f"{recent:.3f}",
+        "successes": str(episode.successes),
+        "episode": episode.phase.value + (f", step {episode.length}" if episode.running else ""),
+        "reset failures": str(reset_failures),
+    }
+
+
+def episode_summary(episode: EpisodeTracker) -> str:
+    """The status line's episode part: count and mean return, once an episode has ended."""
+    mean = episode.mean_return()
+    if mean is None:
+        return ""
+    return f", {episode.episodes} episodes (mean return {mean:.2f}, successes {episode.successes})"
