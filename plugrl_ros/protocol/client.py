@@ -386,10 +386,12 @@ class TrainerClient:
             outgoing = await queue.get()
             if outgoing is None:
                 return
-            data = outgoing.encode()
-            await ws.send(data)
+            # One message, sent as fragments when it holds large arrays: their data goes from the
+            # arrays straight to websockets' masking, without being joined into one buffer first.
+            pieces = outgoing.encode_pieces()
+            await ws.send(pieces[0] if len(pieces) == 1 else pieces)
             self.frames_sent += 1
-            self.bytes_sent += len(data)
+            self.bytes_sent += sum(len(piece) for piece in pieces)
             if outgoing.kind == "infer":
                 self._await_answer()
 
