@@ -6,18 +6,33 @@ One step of n envs, each with two cameras and a 14-joint JointState, goes
 through the code the bridge runs, in four stages timed separately:
 
 * take: rclpy turns each message's CDR bytes into a Python message (what the
-  executor does for every message a subscription takes) and the bridge's
-  subscription callback stores it (and, where the bridge does so, hands an
-  image's conversion to its converter thread);
+  executor does for every message a subscription takes; for a ``raw=True``
+  subscription, the two copies of rclpy's serialized take: the rmw's copy of
+  the sample into a fresh buffer, then that buffer into a Python ``bytes``)
+  and the bridge's subscription callback stores it
+  (and, where the bridge does so, hands an image's conversion to its
+  converter thread);
 * convert: the wait, after the last message, for the converter thread to
   finish (in the bridge this overlaps whatever the executor does next; 0
   where conversion happens at capture);
 * capture: :meth:`EnvIO.observe` of every env (freshness, conversion of each
   message to numpy or collecting the converter's result, shape checks);
 * encode: the rollout's infer for the n rows, encoded
-  (:meth:`Outgoing.encode`: stacking the rows, msgpack);
-* frame: websockets turns the message into a masked client frame, the bytes
-  handed to the socket.
+  (:meth:`Outgoing.encode_pieces`: msgpack, each large array's data by
+  reference);
+* frame: websockets turns the message into masked client frames (one
+  fragment per piece, as the bridge's client sends it), the bytes handed to
+  the socket.
+
+``--clock cpu`` times every stage and the floor in the process's CPU time
+instead of wall time: on a machine shared with other work, time spent
+descheduled then counts nowhere (the converter thread's JPEG decoding still
+counts; DDS's own threads add a little).
+
+``--compare`` also runs, interleaved in the same rounds, the bridge with
+earlier choices put back: ``typed take`` (image subscriptions take typed
+messages: rclpy's three copies of the pixels), ``one buffer`` (the infer
+joined into one bytes and sent as one frame), and ``before`` (both).
 
 The floor is one memcpy of the infer's payload (the observation bytes it
 carries) into a preallocated buffer, measured in the same loop: no bridge can
@@ -46,6 +61,14 @@ ENV_COUNTS = (1, 4, 16)
 CAMERAS = ("cam0", "cam1")
 JOINTS = tuple(f"joint{i}" for i in range(14))
 TARGET_FLOOR_RATIO = 3.0
+BRIDGE = "bridge"
+# variant -> the earlier choices it puts back
+VARIANTS = {
+    BRIDGE: frozenset(),
+    "typed take": frozenset({"typed take"}),
+    "one buffer": frozenset({"one buffer"}),
+    "before": frozenset({"typed take", "one buffer"}),
+}
 
 
 def bridge_params(image_case: str, n: int) -> dict[str, Any]:
@@ -116,7 +139,7 @@ def joint_message(seed: int) -> Any:
 class Pipeline:
     """n real :class:`EnvIO` objects on an unspun node, fed CDR bytes through their subscription callbacks."""
 
-    def __init__(self, node: Any, image_case: str, n: int, pool: Any) -> None:
+    def __init__(self, node: Any, image_case: str, n: int, variant: str, pool: Any) -> None:
         from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
         from rclpy.serialization import serialize_message
 
@@ -126,7 +149,18 @@ class Pipeline:
 
         self.image_case = image_case
         self.n = n
-        config = load_config(bridge_params(image_case, n))
+        self.one_buffer = "one buffer" in VARIANTS[variant]
+        typed_take = "typed take" in VARIANTS[variant]
+        params = bridge_params(image_case, n)
+        # freshness is not measured here: a stall of the shared machine between take and capture must not fail
+        params.update(
+            {
+                k[: -len("topic")] + "max_age_s": 0.0
+                for k in list(params)
+                if k.startswith("observations.") and k.endswith(".topic")
+            }
+        )
+        config = load_config(params)
         group = MutuallyExclusiveCallbackGroup()
         before = set(node.subscriptions)
         # as the bridge builds them (a version whose EnvIO takes no converter pool converts at capture)
@@ -137,8 +171,8 @@ class Pipeline:
             for i, ns in enumerate(config.envs)
         ]
         callbacks = {s.topic_name: s for s in node.subscriptions if s not in before}
-        # (cdr bytes, message type, callback) for every message of one step, env by env
-        self.deliveries: list[tuple[bytes, type, Callable[[Any], None]]] = []
+        # (cdr bytes, message type or None for a raw subscription, callback) for every message of one step
+        self.deliveries: list[tuple[Any, type | None, Callable[[Any], None]]] = []
         for i in range(n):
             messages = [(f"/robot{i}/joint_states", joint_message(i))]
             if image_case != "none":
@@ -149,7 +183,10 @@ class Pipeline:
                 ]
             for topic, msg in messages:
                 subscription = callbacks[topic]
-                self.deliveries.append((serialize_message(msg), type(msg), subscription.callback))
+                if getattr(subscription, "raw", False) and not typed_take:
+                    self.deliveries.append((serialize_message(msg), None, subscription.callback))
+                else:
+                    self.deliveries.append((serialize_message(msg), type(msg), subscription.callback))
         self._metadata = packb({"message_type": "metadata", "data": {"protocol_version": 1}})
         self._steps = [0] * n
 
@@ -157,7 +194,8 @@ class Pipeline:
         from rclpy.serialization import deserialize_message
 
         for cdr, msg_type, callback in self.deliveries:
-            callback(deserialize_message(cdr, msg_type))
+            # rclpy's serialized take: rcl_take_serialized_message into a new buffer, then py::bytes of it
+            callback(bytes(bytearray(cdr)) if msg_type is None else deserialize_message(cdr, msg_type))
 
     def converted(self) -> None:
         """Wait for the converter thread (one worker: what was queued before this is done)."""
@@ -196,8 +234,17 @@ class Framer:
 
         self._protocol = ClientProtocol(parse_uri("ws://127.0.0.1:8000"), state=State.OPEN, max_size=None)
 
-    def frame(self, data: bytes) -> list[bytes]:
-        self._protocol.send_binary(data)
+    def frame(self, data: bytes | list[bytes | memoryview]) -> list[bytes]:
+        """The frames of one message: ``data``, or its pieces as fragments (what websockets' send does with a list)."""
+        if type(data) is not list:
+            self._protocol.send_binary(data)
+        elif len(data) == 1:
+            self._protocol.send_binary(data[0])
+        else:
+            self._protocol.send_binary(data[0], fin=False)
+            for piece in data[1:]:
+                self._protocol.send_continuation(piece, fin=False)
+            self._protocol.send_continuation(b"", fin=True)
         return self._protocol.data_to_send()
 
 
@@ -212,44 +259,46 @@ def payload_bytes(obj: Any) -> int:
 STAGES = ("take", "convert", "capture", "encode", "frame")
 
 
-def measure(cases: list[tuple[str, int]], node: Any, repeat: int) -> list[dict[str, Any]]:
+def measure(
+    cases: list[tuple[str, int, str]], node: Any, repeat: int, clock: Callable[[], float] = time.perf_counter
+) -> list[dict[str, Any]]:
     from concurrent.futures import ThreadPoolExecutor
 
     pool = ThreadPoolExecutor(max_workers=1)
     pipelines = {case: Pipeline(node, *case, pool) for case in cases}
     framer = Framer()
-    samples: dict[tuple[str, int], dict[str, list[float]]] = {
+    samples: dict[tuple[str, int, str], dict[str, list[float]]] = {
         case: {k: [] for k in (*STAGES, "total", "floor")} for case in cases
     }
-    info: dict[tuple[str, int], dict[str, int]] = {}
-    floors: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+    info: dict[tuple[str, int, str], dict[str, int]] = {}
+    floors: dict[tuple[str, int, str], tuple[np.ndarray, np.ndarray]] = {}
     # Every round runs every case once (interleaved), several times, so that
     # load from a neighbour hits all cases alike; medians are reported.
     for round_index in range(repeat + 1):
         for case, pipe in pipelines.items():
             for _ in range(3):
                 connection = pipe.connection()
-                t0 = time.perf_counter()
+                t0 = clock()
                 pipe.take()
-                t1a = time.perf_counter()
+                t1a = clock()
                 pipe.converted()
-                t1 = time.perf_counter()
+                t1 = clock()
                 rows = pipe.capture()
-                t2 = time.perf_counter()
+                t2 = clock()
                 outgoing = pipe.infer(connection, rows)
-                data = outgoing.encode()
-                t3 = time.perf_counter()
+                data = outgoing.encode() if pipe.one_buffer else outgoing.encode_pieces()
+                t3 = clock()
                 frames = framer.frame(data)
-                t4 = time.perf_counter()
+                t4 = clock()
                 if case not in info:
                     payload = payload_bytes(outgoing.message()["data"])
                     info[case] = {"payload": payload, "frame": sum(len(f) for f in frames)}
                     src = np.frombuffer(np.random.default_rng(0).bytes(max(payload, 1)), dtype=np.uint8)
                     floors[case] = (src, np.empty_like(src))
                 src, dst = floors[case]
-                t5 = time.perf_counter()
+                t5 = clock()
                 np.copyto(dst, src)
-                t6 = time.perf_counter()
+                t6 = clock()
                 del data, frames, outgoing, rows
                 if round_index == 0:
                     continue  # warm-up round
@@ -262,8 +311,13 @@ def measure(cases: list[tuple[str, int]], node: Any, repeat: int) -> list[dict[s
     results = []
     for case in cases:
         s = {k: common.median(v) for k, v in samples[case].items()}
-        image_case, n = case
-        results.append({"image": image_case, "n": n, **info[case], **s})
+        # each sample's total over the floor measured right after it: the spread of the ratio
+        ratios = [t / f for t, f in zip(samples[case]["total"], samples[case]["floor"])]
+        spread = {
+            q: common.percentile(ratios, f) for q, f in (("ratio_p25", 0.25), ("ratio_p50", 0.5), ("ratio_p75", 0.75))
+        }
+        image_case, n, variant = case
+        results.append({"image": image_case, "n": n, "variant": variant, **info[case], **s, **spread})
     return results
 
 
@@ -295,7 +349,7 @@ def jpeg_decoders(repeat: int) -> dict[str, float]:
 
 def scaling_fit(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
     """Least squares ``cost = a + b * MB + c * n`` over the raw-image and no-image cases."""
-    used = [r for r in rows if not r["image"].startswith("jpeg")]
+    used = [r for r in rows if not r["image"].startswith("jpeg") and r["variant"] == BRIDGE]
     if len({r["n"] for r in used}) < 2 or len({r["payload"] for r in used}) < 3:
         return {}
     design = np.array([[1.0, r["payload"] / 1e6, r["n"]] for r in used])
@@ -304,8 +358,27 @@ def scaling_fit(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
     return {"const_us": a * 1e6, "us_per_mb": b * 1e6, "us_per_env": c * 1e6}
 
 
+def comparison_table(rows: list[dict[str, Any]]) -> str:
+    """total/floor of the bridge and of each earlier variant run beside it, and the bridge's speed-up."""
+    variants = [v for v in VARIANTS if any(r["variant"] == v for r in rows)]
+    by_case = {(r["image"], r["n"], r["variant"]): r for r in rows}
+    head = ("case", "n", *(f"{v}: total/floor (p25-p75)" for v in variants), *(f"{v}/bridge" for v in variants[1:]))
+    body = []
+    for image, n, variant in by_case:
+        if variant != BRIDGE or image == "none":
+            continue
+        cells = [image, n]
+        for v in variants:
+            r = by_case[(image, n, v)]
+            cells.append(f"{r['ratio_p50']:.2f} ({r['ratio_p25']:.2f}-{r['ratio_p75']:.2f})")
+        bridge = by_case[(image, n, BRIDGE)]["total"]
+        cells += [f"{by_case[(image, n, v)]['total'] / bridge:.2f}" for v in variants[1:]]
+        body.append(tuple(cells))
+    return common.md_table(head, body)
+
+
 def tables(results: dict[str, Any]) -> str:
-    rows = results["rows"]
+    rows = [r for r in results["rows"] if r["variant"] == BRIDGE]
     head = (
         "case",
         "n",
@@ -345,8 +418,12 @@ def tables(results: dict[str, Any]) -> str:
                 common.fmt_us(r["total"] / r["n"]),
             )
         )
-    out = ["### Observation path (per step of n envs: 2 cameras + 14-joint JointState each)", ""]
+    clock = "process CPU time" if results.get("clock") == "cpu" else "wall time"
+    out = [f"### Observation path (per step of n envs: 2 cameras + 14-joint JointState each; {clock})", ""]
     out.append(common.md_table(head, body))
+    if any(r["variant"] != BRIDGE for r in results["rows"]):
+        out += ["", "The bridge against its earlier choices, interleaved in the same run:", ""]
+        out.append(comparison_table(results["rows"]))
     jpeg = results.get("jpeg")
     if jpeg:
         out += [
@@ -368,7 +445,7 @@ def tables(results: dict[str, Any]) -> str:
 
 def verdict(results: dict[str, Any]) -> list[str]:
     lines = []
-    raw = [r for r in results["rows"] if r["image"].startswith("raw")]
+    raw = [r for r in results["rows"] if r["image"].startswith("raw") and r["variant"] == BRIDGE]
     worst = max(raw, key=lambda r: r["total"] / r["floor"], default=None)
     if worst is not None:
         ratio = worst["total"] / worst["floor"]
@@ -386,6 +463,14 @@ def verdict(results: dict[str, Any]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.standard_arguments(parser, repeat=9)
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run the variants with earlier choices put back (typed take, one buffer)",
+    )
+    parser.add_argument(
+        "--clock", choices=("wall", "cpu"), default="wall", help="time stages in wall time or process CPU time"
+    )
     args = parser.parse_args()
     common.use_own_domain()
     common.tune_like_the_bridge()
@@ -396,13 +481,15 @@ def main() -> int:
     node = Node("plugrl_bench_observation")
     try:
         if args.quick:
-            cases = [(image, 1) for image in IMAGE_CASES]
+            cases = [(image, 1, BRIDGE) for image in IMAGE_CASES]
             repeat = 1
         else:
-            cases = [(image, n) for image in IMAGE_CASES for n in ENV_COUNTS]
+            cases = [(image, n, BRIDGE) for image in IMAGE_CASES for n in ENV_COUNTS]
             repeat = args.repeat
-        rows = measure(cases, node, repeat)
-        results: dict[str, Any] = {"rows": rows, "jpeg": jpeg_decoders(3 if args.quick else 15)}
+        if args.compare:
+            cases += [(image, n, v) for image, n, _ in cases if image != "none" for v in VARIANTS if v != BRIDGE]
+        rows = measure(cases, node, repeat, time.process_time if args.clock == "cpu" else time.perf_counter)
+        results: dict[str, Any] = {"clock": args.clock, "rows": rows, "jpeg": jpeg_decoders(3 if args.quick else 15)}
         results["fit_total"] = scaling_fit(rows, "total")
         results["fit_floor"] = scaling_fit(rows, "floor")
         results["verdict"] = verdict(results)

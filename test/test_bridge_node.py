@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
@@ -64,7 +65,7 @@ from harness import (
     write_params,
 )
 from rosgraph_msgs.msg import Clock
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Bool, Float32, Float64, Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 from trainer_fixture import Record, ScriptedTrainer
@@ -310,6 +311,14 @@ def bgr8_image() -> Image:
     return msg
 
 
+def png_image() -> CompressedImage:
+    ok, encoded = cv2.imencode(".png", BLOCKS_RGB[:, :, ::-1])  # lossless: the bridge must give back BLOCKS_RGB
+    assert ok
+    msg = CompressedImage(format="png")
+    msg.data = encoded.tobytes()
+    return msg
+
+
 def joint_state(order: list[str]) -> JointState:
     return JointState(name=order, position=[POSITIONS[j] for j in order], velocity=[VELOCITIES[j] for j in order])
 
@@ -324,7 +333,10 @@ def test_observations_reach_the_trainer_selected_converted_and_with_chunk_summed
 
     params = {
         "observations": {
-            "images": {"cam": {"topic": "camera/image_raw", "type": "sensor_msgs/Image", "resize": [4, 6]}},
+            "images": {
+                "cam": {"topic": "camera/image_raw", "type": "sensor_msgs/Image", "resize": [4, 6]},
+                "wrist": {"topic": "wrist/image/compressed", "type": "sensor_msgs/CompressedImage"},
+            },
             "states": {
                 "joints": {
                     "topic": "joint_states",
@@ -340,6 +352,7 @@ def test_observations_reach_the_trainer_selected_converted_and_with_chunk_summed
     }
     joints = robot.stream(JointState, "/joint_states", lambda: joint_state(["j1", "j2", "j3", "extra"]))
     robot.stream(Image, "/camera/image_raw", bgr8_image)
+    robot.stream(CompressedImage, "/wrist/image/compressed", png_image)
     reward = robot.publisher(Float32, "/reward")
     # the robot's reward for a step is the command it was given
     robot.listen(Float64MultiArray, "/cmd", then=lambda msg: reward.publish(Float32(data=msg.data[0])))
@@ -364,6 +377,9 @@ def test_observations_reach_the_trainer_selected_converted_and_with_chunk_summed
         image = obs["images"]["cam"]
         assert image.dtype == np.uint8 and image.shape == (1, 4, 6, 3)
         np.testing.assert_array_equal(image[0], BLOCKS_RGB)  # RGB, resized to [4, 6]
+        wrist = obs["images"]["wrist"]  # taken serialized, decoded from the message's bytes in place
+        assert wrist.dtype == np.uint8 and wrist.shape == (1, 4, 6, 3)
+        np.testing.assert_array_equal(wrist[0], BLOCKS_RGB)
         assert list(obs["text"]) == ["pick up the red block"]
     assert [int(m["step_ids"][0]) for m in infers] == list(range(len(infers)))
     for message in feedbacks:

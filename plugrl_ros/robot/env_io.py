@@ -140,7 +140,8 @@ class EnvIO:
             self._subscribe_flag("success", episode.success_topic, sync=False)
 
         self._images = [
-            (image.name, self._subscribe(image.source, 5, prefetch=image.source.converter.costly))
+            # images are taken serialized: their sources read the pixels in place (one copy, not three)
+            (image.name, self._subscribe(image.source, 5, prefetch=image.source.converter.costly, raw=True))
             for image in config.images
         ]
         self._states = [(state.name, [self._subscribe(part, 5) for part in state.parts]) for state in config.states]
@@ -194,6 +195,7 @@ class EnvIO:
         msg_type: type | None = None,
         extra: Callable[[Any], None] | None = None,
         prefetch: bool = False,
+        raw: bool = False,
     ) -> _Source:
         topic = env_topic(self.namespace, config.topic)
         source = _Source(config, topic)
@@ -223,6 +225,7 @@ class EnvIO:
             qos_profile(config.qos, depth),
             callback_group=self._group,
             event_callbacks=subscription_event_callbacks(incompatible),
+            raw=raw,
         )
         return source
 

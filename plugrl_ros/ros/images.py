@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image
 
 from plugrl_ros import opencv
 from plugrl_ros.params.section import ConfigError, Section
+from plugrl_ros.ros.image_cdr import CompressedImageView, ImageView, parse_compressed_image, parse_image
 from plugrl_ros.ros.sources import ConversionError, registered
 
 try:
@@ -19,7 +21,7 @@ except ImportError:  # optional (a plain pip install has none): make_image_sourc
 
 
 class ImageSource(Protocol):
-    """Turns one message into one env's image, uint8 [h, w, c]."""
+    """Turns one message (typed, or serialized: what a ``raw=True`` subscription takes) into one env's image."""
 
     msg_type: type
     # whether converting a message is real work (decoding, resizing) worth starting off the control tick
@@ -27,6 +29,16 @@ class ImageSource(Protocol):
     costly: bool
 
     def convert(self, msg: Any) -> np.ndarray: ...
+
+
+def _typed(serialized: bytes, msg_type: type) -> Any:
+    """rclpy's own reading of a serialized message the in-place parser did not take (ConversionError if none)."""
+    try:
+        return deserialize_message(serialized, msg_type)
+    except RuntimeError as exc:  # rclpy's RMWError: the bytes are not a message of this type
+        raise ConversionError(
+            f"the serialized {msg_type.__name__} message ({len(serialized)} bytes) is malformed: {exc}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -162,7 +174,7 @@ class RawImageSource:
         self.depth_scale = section.float("depth_scale")
         self.costly = self.shaping.resize is not None
 
-    def _pixels(self, msg: Image, enc: _Encoding, data: np.ndarray) -> np.ndarray:
+    def _pixels(self, msg: Image | ImageView, enc: _Encoding, data: np.ndarray) -> np.ndarray:
         """A [h, w, c] view of the message data that skips each row's padding."""
         height, width, step = msg.height, msg.width, msg.step
         if height == 0 or width == 0:
@@ -195,7 +207,10 @@ class RawImageSource:
         np.rint(scaled, out=scaled)
         return scaled.astype(np.uint8)
 
-    def convert(self, msg: Image) -> np.ndarray:
+    def convert(self, msg: Image | ImageView | bytes) -> np.ndarray:
+        """The image of a message, typed or serialized (whose pixels are then read in place)."""
+        if type(msg) is bytes:
+            msg = parse_image(msg) or _typed(msg, Image)
         enc = ENCODINGS.get(msg.encoding)
         if enc is None:
             raise ConversionError(
@@ -229,7 +244,10 @@ class CompressedImageSource:
         else:
             self._flag, self._order = cv2.IMREAD_COLOR, "BGR"
 
-    def convert(self, msg: CompressedImage) -> np.ndarray:
+    def convert(self, msg: CompressedImage | CompressedImageView | bytes) -> np.ndarray:
+        """The decoded image of a message, typed or serialized (decoded from the serialized bytes in place)."""
+        if type(msg) is bytes:
+            msg = parse_compressed_image(msg) or _typed(msg, CompressedImage)
         if "compresseddepth" in msg.format.lower():
             raise ConversionError(
                 f"CompressedImage format '{msg.format}' (compressed_depth_image_transport) is not supported;"
