@@ -14,7 +14,9 @@ stamps are the intervals between publications, free of DDS delivery jitter
 
 ``--record`` runs each case with recording off and on (``record.path``; the
 bridge CPU column is the bridge process alone, not its writer process);
-``--camera-hz`` sets the cameras' rate.
+``--camera-hz`` sets the cameras' rate; ``--baseline REV`` runs each case
+also with the bridge of an earlier commit (taken from git), interleaved, and
+prints the bridge CPU of both side by side.
 
 Reported per rate: the deviation of each interval from the period (median,
 p99, max), late ticks (an interval over 1.5 periods), missed ticks (rcl
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 from bench_observation import bridge_params
+from bench_step_rate import extract
 
 HORIZON = 8
 ACTION_DIM = 14
@@ -136,7 +139,9 @@ def run_one(
     workdir: Path,
     record: bool = False,
     camera_hz: float = 30.0,
+    tree: Path | None = None,
 ) -> dict[str, Any]:
+    """One measurement window; ``tree``: run the bridge of that source tree (an earlier commit) instead."""
     trainer_args = ["--horizon", str(HORIZON), "--action-dim", str(ACTION_DIM)] + (["--reuse"] if reuse else [])
     with common.children() as started:
         trainer = common.TrainerChild(*trainer_args)
@@ -151,9 +156,10 @@ def run_one(
         recorder = Recorder(["/robot0/arm_cmd", "/reference/arm_cmd"])
         try:
             started.append(common.Child(common.python_script("timer_node.py", "--rate", f"{rate:g}")))
-            bridge = common.Child(
-                common.python_module("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(config))
-            )
+            command = common.python_module("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(config))
+            # python -m puts the working directory first: the bridge imports plugrl_ros from ``tree``
+            extra = {} if tree is None else {"env": common.ros_env(PYTHONPATH=str(tree)), "cwd": str(tree)}
+            bridge = common.Child(command, **extra)
             started.append(bridge)
             common.wait_for(lambda: trainer.stats()["feedbacks"] > 2, 30.0, "the bridge's first feedbacks")
             time.sleep(warmup)
@@ -182,6 +188,7 @@ def run_one(
         "reuse": reuse,
         "record": record,
         "camera_hz": camera_hz,
+        "code": "before" if tree is not None else "after",
         "stamps": interval_stats(stamps, period),
         "arrivals": interval_stats(arrivals, period),
         "reference": interval_stats(reference, period),
@@ -195,6 +202,7 @@ def run_one(
 
 def tables(results: dict[str, Any]) -> str:
     head = (
+        "code",
         "rate Hz",
         "cameras",
         "reuse",
@@ -219,6 +227,7 @@ def tables(results: dict[str, Any]) -> str:
         s, a, p, ref = r["stamps"], r["arrivals"], r["process"], r["reference"]
         body.append(
             (
+                r.get("code", "after"),
                 f"{r['rate']:g}",
                 f"2x {r['camera']} at {r.get('camera_hz', 30.0):g} Hz",
                 "on" if r["reuse"] else "off",
@@ -250,14 +259,44 @@ def tables(results: dict[str, Any]) -> str:
         "schedule's grid moved over the window. reference = a bare rclpy timer node publishing at the same "
         "rate, at the same time, on the same machine: the floor of timing precision under the load of the moment."
     )
-    return title + "\n\n" + common.md_table(head, body) + note
+    return title + "\n\n" + common.md_table(head, body) + note + cpu_comparison(results["rows"])
+
+
+def cpu_comparison(rows: list[dict[str, Any]]) -> str:
+    """Bridge CPU of this code and of the baseline, per case: medians over the rounds, and their ratio."""
+    if not any(r.get("code") == "before" for r in rows):
+        return ""
+    cases: dict[tuple, dict[str, list[float]]] = {}
+    for r in rows:
+        key = (r["rate"], r["camera"], r["reuse"], bool(r.get("record")))
+        cases.setdefault(key, {"after": [], "before": []})[r.get("code", "after")].append(r["process"]["cpu_percent"])
+    head = ("rate Hz", "cameras", "reuse", "recording", "bridge CPU % after (runs)", "before (runs)", "after/before")
+    body = []
+    for (rate, camera, reuse, record), cpu in cases.items():
+        after, before = common.median(cpu["after"]), common.median(cpu["before"])
+        body.append(
+            (
+                f"{rate:g}",
+                camera,
+                "on" if reuse else "off",
+                "on" if record else "off",
+                f"{after:.1f} ({', '.join(f'{c:.0f}' for c in cpu['after'])})",
+                f"{before:.1f} ({', '.join(f'{c:.0f}' for c in cpu['before'])})",
+                f"{after / before:.2f}" if before else "-",
+            )
+        )
+    return "\n\n### Bridge CPU, this code against the baseline (interleaved runs)\n\n" + common.md_table(head, body)
 
 
 def verdict(results: dict[str, Any]) -> list[str]:
     runs = [
         r
         for r in results["rows"]
-        if r["rate"] == 100.0 and r["camera"] == "raw640" and r["reuse"] and not r.get("record")
+        if r["rate"] == 100.0
+        and r["camera"] == "raw640"
+        and r["reuse"]
+        and not r.get("record")
+        and r.get("code", "after") == "after"
     ]
     if not runs:
         return []
@@ -282,6 +321,7 @@ def main() -> int:
         "--record", action="store_true", help="each run twice, recording off and on (record.path), side by side"
     )
     parser.add_argument("--camera-hz", type=float, default=30.0, help="the cameras' rate (default %(default)s)")
+    parser.add_argument("--baseline", default="", help="also run the bridge of this git revision, interleaved")
     args = parser.parse_args()
     common.use_own_domain()
     import rclpy
@@ -290,6 +330,13 @@ def main() -> int:
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="plugrl-bench-") as tmp:
+            trees: list[Path | None] = [None]
+            if args.baseline:
+                (Path(tmp) / "baseline").mkdir()
+                baseline = extract(args.baseline, Path(tmp) / "baseline")
+                if baseline is None:
+                    raise SystemExit(f"--baseline {args.baseline}: git could not give that revision's plugrl_ros")
+                trees.append(baseline)
             runs = QUICK_RUNS if args.quick else RUNS
             if args.runs:
                 runs = tuple(
@@ -302,11 +349,21 @@ def main() -> int:
             for round_index in range(1 if args.quick else args.repeat):
                 for rate, camera, reuse in runs:
                     for record in (False, True) if args.record else (False,):
-                        row = run_one(rate, camera, reuse, seconds, warmup, Path(tmp), record, args.camera_hz)
-                        rows.append({**row, "round": round_index})
+                        for tree in trees:
+                            row = run_one(rate, camera, reuse, seconds, warmup, Path(tmp), record, args.camera_hz, tree)
+                            rows.append({**row, "round": round_index})
     finally:
         rclpy.try_shutdown()
-    rows.sort(key=lambda r: (r["camera"] != "raw640", not r["reuse"], r["rate"], r["round"], r["record"]))
+    rows.sort(
+        key=lambda r: (
+            r["camera"] != "raw640",
+            not r["reuse"],
+            r["rate"],
+            r["round"],
+            r["record"],
+            r["code"] != "after",
+        )
+    )
     results: dict[str, Any] = {"rows": rows}
     results["verdict"] = verdict(results)
     print(tables(results))
