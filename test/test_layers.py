@@ -34,6 +34,8 @@ FORBIDDEN = {
         "websockets",
     ),
     "train": ("plugrl_ros.policy", "plugrl_ros.node", "plugrl_ros.record", "plugrl_ros.tools", "plugrl_ros.demo"),
+    # deploy mode, like train mode, knows the recorder only as an observer (deploy/observer.py)
+    "deploy": ("plugrl_ros.rollout", "plugrl_ros.train", "plugrl_ros.record", "plugrl_ros.tools", "plugrl_ros.demo"),
     "node": ("plugrl_ros.tools", "plugrl_ros.demo"),
     # The recorder observes the node, it is not part of it: no rclpy (message definitions are read
     # as files through ament_index), no node code, no rollout state.

@@ -190,6 +190,16 @@ def test_deploy_mode_reads_the_policy_section_beside_the_robot_s_and_records_it_
 
 
 @pytest.mark.ros
+def test_deploy_mode_records_when_record_path_is_set():
+    from pathlib import Path
+
+    from plugrl_ros.ros.config import load_config
+
+    deployed = load_config({**ROBOT, **POLICY, "mode": "deploy", "record.path": "/tmp/runs"})
+    assert deployed.mode == "deploy" and deployed.record.enabled and deployed.record.path == Path("/tmp/runs")
+
+
+@pytest.mark.ros
 @pytest.mark.parametrize(
     ("extra", "key", "allowed"),
     [
@@ -204,7 +214,6 @@ def test_deploy_mode_reads_the_policy_section_beside_the_robot_s_and_records_it_
         ({**POLICY, "policy.action_dim": 2}, "policy.action_dim", "the actions' sinks read 3 values per step"),
         ({**POLICY, "policy.execution.mod": "sync"}, "policy.execution.mod", "did you mean 'mode'?"),
         ({"policy": 3}, "policy", "expected a map of keys"),
-        ({"mode": "deploy", **POLICY, "record.path": "/tmp/runs"}, "record.path", "deploy mode does not record yet"),
     ],
 )
 def test_a_deploy_mistake_fails_at_startup_naming_the_full_key(extra, key, allowed):

@@ -144,6 +144,50 @@ def test_every_call_of_a_three_env_run_reads_back_value_for_value(tmp_path):
         check_call(call, grouped[seq])
 
 
+def test_deploy_mode_s_calls_read_back_value_for_value_whatever_a_server_puts_in_its_metadata(tmp_path):
+    """The applied action beside a step, an answer's outcome and server timing, and a link event whose detail
+    holds what a server's metadata may (numpy values, bytes, big arrays) all go through the writer process."""
+    applied = np.array([0.5, -1.25, 3.0])
+    weird = {"h": np.int64(10), "norm": np.array([1.5, 2.5]), "blob": b"\x00\x01", "big": np.zeros((50, 50))}
+    recorder = Recorder(settings(tmp_path))
+    recorder.start()
+    recorder.step(0, 10, 2, {"arm": applied * 2.0, "gripper": None}, applied)
+    recorder.step(0, 20, None, {"arm": np.zeros(3), "gripper": None})
+    recorder.answer(0, 30, "applied", 7, round_trip_s=0.04, first_row=2, server_timing={"infer_ms": np.float32(3.5)})
+    recorder.answer(0, 40, "rejected", 8, detail="actions: has 3 values per step")
+    recorder.link_event(50, "metadata", 1, detail={"env": 0, "metadata": weird})
+    recorder.link_event(60, "traceback", 1, detail={"env": 0, "text": "Traceback ...\nRuntimeError: boom"})
+    status = recorder.close()
+    assert status.state is RecorderState.STOPPED, status.error
+    grouped = by_call(read(list(status.files)))
+    assert sorted(grouped) == [1, 2, 3, 4, 5, 6]
+    topics = {m.topic: m for m in grouped[1]}
+    np.testing.assert_array_equal(array(topics["/plugrl/env0/applied_action"].msg), applied)
+    np.testing.assert_array_equal(array(topics["/plugrl/env0/command/arm"].msg), applied * 2.0)
+    assert labelled(topics["/plugrl/env0/step"].msg) == {"chunk_step": 2.0, "idle": 0.0}
+    assert {m.topic for m in grouped[2]} == {"/plugrl/env0/step", "/plugrl/env0/command/arm"}  # no action: idle
+    (applied_answer,) = grouped[3]
+    assert applied_answer.topic == "/plugrl/env0/answer" and applied_answer.msg.message == "applied"
+    assert applied_answer.msg.level == channels.OK
+    assert values(applied_answer.msg) == {
+        "request": 7,
+        "round_trip_s": 0.04,
+        "first_row": 2,
+        "server_timing": {"infer_ms": 3.5},
+    }
+    (rejected,) = grouped[4]
+    assert rejected.msg.message == "rejected" and rejected.msg.level == channels.WARN
+    assert values(rejected.msg) == {"request": 8, "detail": "actions: has 3 values per step"}
+    (metadata,) = grouped[5]
+    assert values(metadata.msg) == {
+        "epoch": 1,
+        "env": 0,
+        "metadata": {"h": 10, "norm": [1.5, 2.5], "blob": "<2 bytes>", "big": "<array float64 [50, 50]>"},
+    }
+    (traceback,) = grouped[6]
+    assert traceback.msg.level == channels.WARN and values(traceback.msg)["text"].endswith("RuntimeError: boom")
+
+
 def test_the_messages_are_real_ros_2_messages(tmp_path):
     """rclpy's own CDR deserializer (what ros2 bag play uses) decodes what was written, to the same values."""
     from diagnostic_msgs.msg import DiagnosticStatus

@@ -14,21 +14,35 @@ Episodes are counted as in train mode, from the same ``reward`` and
 and ends): when one ends the robot's chunks are dropped, its reset runs
 (``reset.mode``), and its policy starts again from a fresh observation.
 Returns and successes go to /diagnostics and the log, never to the server.
+
+When recording, an observer (the recorder) hears each observation as sent,
+each answer and what became of it, each tick's applied action and commands,
+the step results and episode ends, and the links' events; it never steers.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import asdict
 from typing import Any
 
 from rclpy.node import Node
 
+from plugrl_ros.deploy.observer import PolicyObserver
 from plugrl_ros.node.diagnostics import ERROR, OK, WARN, Entry
 from plugrl_ros.policy.deploy import DeployRobot
 from plugrl_ros.policy.episodes import EpisodeEnd, EpisodeTracker, Phase
 from plugrl_ros.policy.runner import PolicyRunner
 from plugrl_ros.protocol.messages import ObservationRow
+from plugrl_ros.protocol.policy.client import (
+    AnswerRejected,
+    ChunkReceived,
+    Event,
+    PolicyConnected,
+    PolicyDisconnected,
+    ServerTraceback,
+)
 from plugrl_ros.protocol.policy.link import PolicyLinks
 from plugrl_ros.robot.robot_side import RobotSide
 from plugrl_ros.ros.config import BridgeConfig
@@ -38,6 +52,7 @@ EXIT_OK = 0
 # a slow timer drains whatever such a lost wakeup left behind (as the trainer link does).
 _FALLBACK_DRAIN_S = 0.5
 _WARN_THROTTLE_S = 5.0
+_TRACEBACK_CHARS = 8000  # of a server's traceback, recorded (its end says what failed)
 
 
 def source_values(row: ObservationRow) -> dict[str, Any]:
@@ -51,12 +66,24 @@ def source_values(row: ObservationRow) -> dict[str, Any]:
 class DeployMode:
     """Policy-server stepping of ``robot``; it runs until the node is stopped."""
 
-    def __init__(self, node: Node, config: BridgeConfig, robot: RobotSide, callback_group: object) -> None:
+    def __init__(
+        self,
+        node: Node,
+        config: BridgeConfig,
+        robot: RobotSide,
+        callback_group: object,
+        observer: PolicyObserver | None = None,
+    ) -> None:
+        """``observer`` (the recorder, when recording) hears every request, answer and step; it never steers."""
         policy = config.policy
         assert policy is not None and config.mode == "deploy" and config.control.mode == "timer"
         self._node = node
         self.config = config
         self.robot = robot
+        self.observer = observer
+        # the sources a request carries: what is recorded as the observation sent
+        self._sent = {item.source for item in policy.layout.inputs}
+        self._captured: dict[int, ObservationRow] = {}  # this tick's observation, per robot (when recording)
         self.lockstep = False
         self.finished = False  # a policy server has no end of run: Ctrl-C ends deploy mode
         self.exit_code = EXIT_OK
@@ -82,6 +109,11 @@ class DeployMode:
 
     def stop(self) -> None:
         """Close every policy connection with 1000 (after the robot side idled the actuators)."""
+        if self.observer is not None:
+            now_ns = self.robot.now_ns()
+            for i, deploy in enumerate(self.robots):
+                counts = {k: v for k, v in asdict(deploy.runner.stats()).items() if isinstance(v, int)}
+                self.observer.link_event(now_ns, "counts", deploy.epoch or 0, detail={"env": i, **counts})
         self.links.stop()
         self.links.join(self.config.policy.server.open_timeout_s + 1.0)
 
@@ -96,6 +128,8 @@ class DeployMode:
                 reward, _, _, success = self.robot.step_result(i)
                 end = self.episodes[i].truncate(reward, success)
                 if end is not None:
+                    if self.observer is not None:
+                        self.observer.step_result(i, self.robot.now_ns(), reward, False, True, success)
                     self._episode_ended(i, end, "paused")
 
     # -- policy link events ---------------------------------------------------
@@ -103,7 +137,12 @@ class DeployMode:
     def _deliver(self) -> None:
         log = self._node.get_logger()
         for index, event in self.links.drain():
-            note = self.robots[index].on_event(event)
+            deploy = self.robots[index]
+            if self.observer is not None:
+                current, planned = deploy.epoch, deploy.runner.planned()
+            note = deploy.on_event(event)
+            if self.observer is not None:
+                self._observe_event(index, event, current, planned)
             if note is None:
                 continue
             text = f"[{self._env_name(index)}] {note.text}"
@@ -130,24 +169,29 @@ class DeployMode:
             episode = self.episodes[i]
             if episode.phase is Phase.RESETTING:
                 self._hold(i)
-                robot.idle(i, stamp)
+                self._idle(i, now_ns, stamp)
                 if robot.reset(i):  # started on the first call; never while paused
                     episode.reset_done()
                 continue
             if robot.paused or io.stale_sources(now_ns):
                 self._hold(i)
-                robot.idle(i, stamp)
+                self._idle(i, now_ns, stamp)
                 continue
             if episode.running:
-                end = episode.result(*robot.step_result(i))
+                result = robot.step_result(i)
+                end = episode.result(*result)
+                if self.observer is not None:
+                    self._observe_result(i, now_ns, result, end)
                 if end is not None:
                     self._episode_ended(i, end, "terminated" if end.terminated else "truncated")
-                    robot.idle(i, stamp)
+                    self._idle(i, now_ns, stamp)
                     continue
             self.held[i] = False
-            step = self.robots[i].tick(lambda i=i: self._observe(i, now_ns))
+            deploy = self.robots[i]
+            asked = deploy.runner.pending_request
+            step = deploy.tick(lambda i=i: self._observe(i, now_ns))
             if step.action is None:
-                robot.idle(i, stamp)
+                self._idle(i, now_ns, stamp)
                 if episode.running:
                     episode.stepped()  # the world moves on while the robot waits for a chunk
             else:
@@ -156,11 +200,22 @@ class DeployMode:
                 else:
                     robot.begin_window(i)  # the episode's rewards and done flags count from its first action
                     episode.begin()
-                robot.publish(i, step.action, stamp)
+                sent = robot.publish(i, step.action, stamp)
+                if self.observer is not None:
+                    self.observer.step(i, now_ns, deploy.runner.row, sent, step.action)
             if step.request is not None:
                 self.links.request(i, step.request.epoch, step.request.observation, step.request.tag)
+                if self.observer is not None:
+                    self._observe_sent(i, now_ns)
             if step.abort is not None:
                 self.links.abort(i, *step.abort)
+                if self.observer is not None and asked is not None:
+                    self.observer.answer(i, now_ns, "abandoned", asked, detail=step.abort[1])
+
+    def _idle(self, env: int, now_ns: int, stamp: Any) -> None:
+        sent = self.robot.idle(env, stamp)
+        if self.observer is not None:
+            self.observer.step(env, now_ns, None, sent)
 
     def _hold(self, env: int) -> None:
         if not self.held[env]:
@@ -170,6 +225,8 @@ class DeployMode:
     def _episode_ended(self, env: int, end: EpisodeEnd, how: str) -> None:
         """Drop the robot's chunks (the next episode starts from a fresh observation) and log the episode."""
         self._hold(env)
+        if self.observer is not None:
+            self.observer.episode_end(env, self.robot.now_ns(), end.ret, end.length, end.success)
         tracker = self.episodes[env]
         after = "resetting" if tracker.phase is Phase.RESETTING else "no reset (reset.mode none)"
         self._node.get_logger().info(
@@ -179,7 +236,71 @@ class DeployMode:
 
     def _observe(self, env: int, now_ns: int) -> dict[str, Any] | None:
         row = self.robot.observe(env, now_ns)
-        return None if row is None else source_values(row)
+        if row is None:
+            return None
+        if self.observer is not None:
+            self._captured[env] = row
+        return source_values(row)
+
+    # -- observing (the recorder hears everything; it never steers) -------------
+
+    def _observe_sent(self, env: int, now_ns: int) -> None:
+        """The observation a request just carried: the sources its layout names, under their source names."""
+        assert self.observer is not None
+        row = self._captured.pop(env)
+        sent = self._sent
+        sent_row = ObservationRow(
+            images={k: v for k, v in row.images.items() if f"images.{k}" in sent},
+            states={k: v for k, v in row.states.items() if f"states.{k}" in sent},
+            text=row.text if "text" in sent else "",
+        )
+        self.observer.observation(env, now_ns, sent_row, "infer")
+
+    def _observe_result(
+        self, env: int, now_ns: int, result: tuple[float, bool, bool, bool], end: EpisodeEnd | None
+    ) -> None:
+        """A step's result as the episode took it: an episode cut at ``episode.max_steps`` is truncated."""
+        assert self.observer is not None
+        reward, terminated, truncated, success = result
+        if end is not None:
+            terminated, truncated = end.terminated, not end.terminated
+        self.observer.step_result(env, now_ns, reward, terminated, truncated, success)
+
+    def _observe_event(self, env: int, event: Event, current: int | None, planned: bool) -> None:
+        """A link event of robot ``env``, whose connection was ``current`` and which had chunks or a request
+        (``planned``) before the event."""
+        observer = self.observer
+        assert observer is not None
+        now_ns = self.robot.now_ns()
+        where = {"env": env}
+        if isinstance(event, PolicyConnected):
+            observer.link_event(now_ns, "connect", event.epoch, detail={**where, "uri": event.uri})
+            observer.link_event(now_ns, "metadata", event.epoch, detail={**where, "metadata": event.metadata.raw})
+        elif isinstance(event, ChunkReceived):
+            runner = self.robots[env].runner
+            observer.chunk(env, now_ns, event.chunk.actions)
+            observer.latency(now_ns, event.round_trip_s)
+            applied = event.epoch == current and runner.outcome == "applied"
+            observer.answer(
+                env,
+                now_ns,
+                runner.outcome if event.epoch == current else "unknown",
+                int(event.tag),
+                round_trip_s=event.round_trip_s,
+                first_row=runner.first_row if applied else None,
+                server_timing=event.chunk.server_timing,
+            )
+        elif isinstance(event, AnswerRejected):
+            observer.answer(env, now_ns, "rejected", int(event.tag), detail=event.detail)
+        elif isinstance(event, ServerTraceback):
+            observer.link_event(
+                now_ns, "traceback", event.epoch, detail={**where, "text": event.text[-_TRACEBACK_CHARS:]}
+            )
+        elif isinstance(event, PolicyDisconnected):
+            lost = [env] if event.epoch == current and planned else []
+            observer.link_event(
+                now_ns, "close", event.epoch, code=event.code, reason=event.detail, dropped_envs=lost, detail=where
+            )
 
     # -- status -----------------------------------------------------------------
 

@@ -55,7 +55,7 @@ class BridgeNode(Node):
         # (no message is delivered before the executor spins, so the mode exists when the robot side calls it)
         self.robot = RobotSide(self, config, group, self._on_input, self._on_pause)
         if config.mode == "deploy":
-            self.mode: TrainMode | DeployMode = DeployMode(self, config, self.robot, group)
+            self.mode: TrainMode | DeployMode = DeployMode(self, config, self.robot, group, observer=self.recorder)
         else:
             self.mode = TrainMode(self, config, self.robot, group, observer=self.recorder)
         if self.recorder is not None:

@@ -75,6 +75,9 @@ class PolicyRunner:
         self._fade: _Fade | None = None
         self._numbers = 0
         self._discard: int | None = None  # an outstanding request whose answer must not run (see hold)
+        self.row: int | None = None  # the newest live chunk's row this tick's action comes from (None: idle)
+        self.outcome = ""  # what became of the last answer (on_chunk's result)
+        self.first_row: int | None = None  # the row the last applied chunk starts from (its alignment)
         self._ran = False  # a chunk has run on this connection: idling now is at a boundary
         self._latency = LatencyWindow(settings.latency_window)
         self._rate = RateWindow()
@@ -90,6 +93,7 @@ class PolicyRunner:
         t = self.tick
         self._chunks = [c for c in self._chunks if c.last_tick >= t]
         action = self._action(t)
+        self.row = None if action is None else t - self._chunks[-1].tick
         if action is None:
             self._counts["idle_steps" if self._ran else "waiting_steps"] += 1
         else:
@@ -151,6 +155,15 @@ class PolicyRunner:
         self._counts["requests"] += 1
         return number
 
+    @property
+    def pending_request(self) -> int | None:
+        """The number of the request awaiting its answer, if any."""
+        return None if self._pending is None else self._pending.number
+
+    def planned(self) -> bool:
+        """Whether anything is planned: a chunk with steps left, or a request awaiting its answer."""
+        return self._pending is not None or any(c.last_tick > self.tick for c in self._chunks)
+
     def request_overdue(self) -> bool:
         """The outstanding request has gone unanswered longer than ``max_latency_s``: abort the link."""
         pending = self._pending
@@ -163,7 +176,12 @@ class PolicyRunner:
 
         "stale" (it came after its last step), "dropped" (asked for before a
         :meth:`hold`), "unknown" (a request the link lost or we abandoned).
+        The outcome stays in :attr:`outcome` (and an applied chunk's alignment in :attr:`first_row`).
         """
+        self.outcome = self._take(number, actions)
+        return self.outcome
+
+    def _take(self, number: int, actions: np.ndarray) -> str:
         pending = self._pending
         if pending is None or pending.number != number:
             return "unknown"  # a request the link lost or we abandoned
@@ -177,12 +195,14 @@ class PolicyRunner:
             # run whole, from row 0 at the next tick
             self._chunks = [LiveChunk(number, self.tick + 1, actions)]
             self._counts["chunks"] += 1
+            self.first_row = 0
             return "applied"
         chunk = LiveChunk(number, pending.tick, actions)
         if chunk.last_tick <= self.tick:
             self._counts["stale_dropped"] += 1
             return "stale"
         self._counts["chunks"] += 1
+        self.first_row = self.tick + 1 - chunk.tick  # rows before it were meant for ticks that passed
         running = [c for c in self._chunks if c.last_tick > self.tick]
         if self.settings.mode == "ensemble":
             self._chunks = [*running, chunk]

@@ -13,12 +13,18 @@ dict in the shape of its ROS 2 type, which mcap-ros2-support encodes to CDR.
 - ``/plugrl/env<i>/action_chunk`` (Float64MultiArray, dims ``step``, ``action``): the env's chunk
   ``[H, *da]`` as received.
 - ``/plugrl/env<i>/step`` (Float64MultiArray ``chunk_step,idle``): which chunk step ran (-1: idle).
+- ``/plugrl/env<i>/applied_action`` (Float64MultiArray, dim label ``action``): deploy mode only, the
+  action the step applied before shaping (a blend of chunks' rows under ensemble or crossfade).
 - ``/plugrl/env<i>/command/<sink>`` (Float64MultiArray, dim label = sink): values published after
   shaping (absent when the sink published nothing).
 - ``/plugrl/env<i>/step_result`` (Float64MultiArray ``reward,terminated,truncated,success``).
 - ``/plugrl/env<i>/episode`` (Float64MultiArray ``return,length,success``): at each episode end.
+- ``/plugrl/env<i>/answer`` (DiagnosticStatus): deploy mode only, what became of a policy server's
+  answer: message = ``applied``, ``stale``, ``dropped``, ``unknown``, ``rejected`` or ``abandoned``;
+  values = request, round_trip_s, first_row (the row that ran first), server_timing, detail (JSON).
 - ``/plugrl/link/event`` (diagnostic_msgs/DiagnosticStatus): message = the event (connect,
-  metadata, close, ...), values = epoch, code, reason, dropped_envs, ... (JSON).
+  metadata, close, traceback, ...), values = epoch, code, reason, dropped_envs, env (deploy
+  mode: whose connection), ... (JSON).
 - ``/plugrl/link/latency`` (std_msgs/Float64): one request's round trip, seconds.
 - ``/plugrl/recorder`` (DiagnosticStatus): the recorder's own counts (accepted, dropped).
 
@@ -50,6 +56,9 @@ LATENCY_TOPIC = f"{PREFIX}/link/latency"
 RECORDER_TOPIC = f"{PREFIX}/recorder"
 
 STEP_FIELDS = ("chunk_step", "idle")
+APPLIED = "applied_action"
+ANSWER = "answer"
+ANSWER_OUTCOMES = ("applied", "stale", "dropped", "unknown", "rejected", "abandoned")
 RESULT_FIELDS = ("reward", "terminated", "truncated", "success")
 EPISODE_FIELDS = ("return", "length", "success")
 
@@ -68,6 +77,7 @@ class Kind(Enum):
     OBSERVATION = "observation"
     CHUNK = "chunk"
     STEP = "step"
+    ANSWER = "answer"
     STEP_RESULT = "step_result"
     EPISODE = "episode"
     LINK = "link"
@@ -154,9 +164,11 @@ def messages(kind: Kind, env: int, t_ns: int, payload: Any, encode: ImageEncoder
         labels = ["step", "action"] + [f"action{i}" for i in range(1, action.ndim - 1)]
         return [(env_topic(env, "action_chunk"), schemas.FLOAT64_ARRAY, float_array(action, labels))]
     if kind is Kind.STEP:
-        chunk_step, commanded = payload
+        chunk_step, commanded, applied = payload
         idle = chunk_step is None
         out = [(env_topic(env, "step"), schemas.FLOAT64_ARRAY, fields([-1 if idle else chunk_step, idle], STEP_FIELDS))]
+        if applied is not None:
+            out.append((env_topic(env, APPLIED), schemas.FLOAT64_ARRAY, float_array(np.ravel(applied), ["action"])))
         for sink, values in commanded.items():
             if values is not None:
                 out.append(
@@ -167,6 +179,10 @@ def messages(kind: Kind, env: int, t_ns: int, payload: Any, encode: ImageEncoder
         return [(env_topic(env, "step_result"), schemas.FLOAT64_ARRAY, fields(payload, RESULT_FIELDS))]
     if kind is Kind.EPISODE:
         return [(env_topic(env, "episode"), schemas.FLOAT64_ARRAY, fields(payload, EPISODE_FIELDS))]
+    if kind is Kind.ANSWER:
+        outcome, values = payload
+        level = OK if outcome == "applied" else WARN
+        return [(env_topic(env, ANSWER), schemas.DIAGNOSTIC_STATUS, status(level, "plugrl/answer", outcome, values))]
     if kind is Kind.LINK:
         level, event, values = payload
         return [(LINK_EVENT_TOPIC, schemas.DIAGNOSTIC_STATUS, status(level, "plugrl/link", event, values))]

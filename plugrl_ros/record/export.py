@@ -15,11 +15,16 @@ Each episode file holds two views of the same run (T steps, K chunks):
 and ``env``, ``episode_return``, ``episode_length``, ``success``, and ``complete`` (false if
 the recorder dropped calls while the episode ran). Idle ticks (no action available) are not
 steps of the episode. Episodes still running when the recording ends are not exported.
+
+That is a train-mode recording; a deploy-mode one (no feedback, chunks blended
+or cut short by the next) is rebuilt by :mod:`plugrl_ros.record.deploy_export`,
+chosen from the configuration recorded at the start.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -114,13 +119,8 @@ class EpisodeAssembler:
             if env.obs_key != key:
                 yield from self._finish_obs(env)
                 env.obs_key = key
-            kind, _, obs_name = name.partition("/")
-            if kind == "images":
-                env.obs_parts[f"images/{obs_name}"] = image(recorded)
-            elif kind == "states":
-                env.obs_parts[f"states/{obs_name}"] = array(msg)
-            else:
-                env.obs_parts["text"] = msg.data
+            key, value = observation_part(name, recorded)
+            env.obs_parts[key] = value
             return
         yield from self._finish_obs(env)
         episode = env.episode
@@ -195,7 +195,18 @@ class EpisodeAssembler:
         env.exported += 1
 
 
-def _stack_obs(rows: list[dict[str, Any]], prefix: str, out: dict[str, np.ndarray]) -> None:
+def observation_part(name: str, recorded: Recorded) -> tuple[str, Any]:
+    """One part of a recorded observation (``images/<n>``, ``states/<n>`` or ``text``), by its topic's tail."""
+    kind, _, obs_name = name.partition("/")
+    if kind == "images":
+        return f"images/{obs_name}", image(recorded)
+    if kind == "states":
+        return f"states/{obs_name}", array(recorded.msg)
+    return "text", recorded.msg.data
+
+
+def stack_observations(rows: list[dict[str, Any]], prefix: str, out: dict[str, np.ndarray]) -> None:
+    """``out[prefix/<name>]``: each part of ``rows`` stacked (every row must have the same parts)."""
     names = set(rows[0]) if rows else set()
     if any(set(r) != names for r in rows):
         raise ValueError("its observations do not all have the same names")
@@ -211,11 +222,11 @@ def _episode_arrays(env: int, ep: _Episode) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     rows = [c.obs for c in ep.chunks]
     last = ep.chunks[-1].next_obs
-    _stack_obs(rows + ([last] if last is not None else []), "observations", out)  # type: ignore[list-item]
+    stack_observations(rows + ([last] if last is not None else []), "observations", out)  # type: ignore[list-item]
     template = rows[0]
     assert template is not None
     zeros = {k: np.zeros_like(np.asarray(v)) if not isinstance(v, str) else "" for k, v in template.items()}
-    _stack_obs([c.next_obs if c.next_obs is not None else zeros for c in ep.chunks], "next_observations", out)
+    stack_observations([c.next_obs if c.next_obs is not None else zeros for c in ep.chunks], "next_observations", out)
     out["actions"] = np.stack([c.action for c in ep.chunks])
     results = [s.result for s in ep.steps]
     assert all(r is not None for r in results)
@@ -246,9 +257,25 @@ def _episode_arrays(env: int, ep: _Episode) -> dict[str, np.ndarray]:
     return out
 
 
-def iter_episodes(
-    paths: list[Path], assembler: EpisodeAssembler, readers: list[RecordingReader]
-) -> Iterator[EpisodeArrays]:
+def recorded_mode(path: Path) -> str:
+    """The bridge's mode (``train`` or ``deploy``), from the configuration that opens every recording."""
+    for rec in RecordingReader(path):
+        if rec.topic == channels.CONFIG_TOPIC:
+            return str(json.loads(rec.msg.data).get("parameters", {}).get("mode", "train"))
+        break
+    return "train"
+
+
+def assembler_for(path: Path) -> Any:
+    """The assembler for the recording that begins with ``path``: train or deploy mode."""
+    if recorded_mode(path) == "deploy":
+        from plugrl_ros.record.deploy_export import DeployEpisodeAssembler  # it builds on this module's helpers
+
+        return DeployEpisodeAssembler()
+    return EpisodeAssembler()
+
+
+def iter_episodes(paths: list[Path], assembler: Any, readers: list[RecordingReader]) -> Iterator[EpisodeArrays]:
     """Every finished episode of a recording (the parts of a rotated run, in order), as it is rebuilt.
 
     ``readers`` collects each file's reader, to tell afterwards whether a file was cut off.
@@ -278,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no such file: {', '.join(missing)}")
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    assembler = EpisodeAssembler()
+    assembler = assembler_for(args.files[0])
+    deploy = not isinstance(assembler, EpisodeAssembler)
     readers: list[RecordingReader] = []
     written = incomplete = 0
     for ep in iter_episodes(args.files, assembler, readers):  # written one by one: frames add up
@@ -293,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         + (f" ({incomplete} marked incomplete: the recorder dropped calls during them)" if incomplete else "")
     )
     if assembler.unfinished:
-        print(f"{assembler.unfinished} episode(s) were still running when the recording ended (not exported)")
+        exported = "exported with finished = false" if deploy else "not exported"
+        print(f"{assembler.unfinished} episode(s) were still running when the recording ended ({exported})")
     for reason in assembler.skipped:
         print(f"skipped {reason}", file=sys.stderr)
     return 0

@@ -1,8 +1,14 @@
-"""``plugrl-record-info FILE...``: what a recording holds (envs, episodes, returns, steps, drops, link events)."""
+"""``plugrl-record-info FILE...``: what a recording holds (envs, episodes, returns, steps, drops, link events).
+
+A deploy-mode recording adds, per env, what became of the policy server's
+answers (applied, stale, ...) and how many rows of an applied chunk had
+passed when it arrived (its alignment).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections import Counter
@@ -19,6 +25,8 @@ class EnvSummary:
     steps: int = 0  # steps that ran a chunk's action
     idle_steps: int = 0
     episodes: list[tuple[float, int, bool]] = field(default_factory=list)  # (return, length, success)
+    answers: Counter = field(default_factory=Counter)  # deploy mode: outcome -> count
+    first_rows: list[int] = field(default_factory=list)  # deploy mode: each applied chunk's first row run
 
 
 @dataclass
@@ -36,6 +44,7 @@ class Summary:
     dropped_calls: int = 0  # gaps in the call numbers
     recorder_dropped: int | None = None  # the recorder's own count, as last written
     first_t: int | None = None
+    mode: str = ""  # the bridge's mode, from the configuration recorded at the start
     last_t: int | None = None
     envs: dict[int, EnvSummary] = field(default_factory=dict)
     link_events: list[tuple[int, str, dict]] = field(default_factory=list)
@@ -50,6 +59,8 @@ def summarize(paths: list[Path]) -> Summary:
         reader = RecordingReader(path)
         for rec in reader:
             summary.messages += 1
+            if rec.topic == channels.CONFIG_TOPIC and not summary.mode:
+                summary.mode = str(json.loads(rec.msg.data).get("parameters", {}).get("mode", "train"))
             if rec.topic not in (channels.CONFIG_TOPIC, channels.RECORDER_TOPIC):
                 sequences.add(rec.sequence)
                 summary.first_t = rec.log_time if summary.first_t is None else min(summary.first_t, rec.log_time)
@@ -68,6 +79,11 @@ def summarize(paths: list[Path]) -> Summary:
                 elif rest == "episode":
                     ep = labelled(rec.msg)
                     stats.episodes.append((ep["return"], int(ep["length"]), bool(ep["success"])))
+                elif rest == channels.ANSWER:
+                    stats.answers[rec.msg.message] += 1
+                    first_row = values(rec.msg).get("first_row")
+                    if first_row is not None:
+                        stats.first_rows.append(int(first_row))
             elif rec.topic == channels.LINK_EVENT_TOPIC:
                 summary.link_events.append((rec.log_time, rec.msg.message, values(rec.msg)))
             elif rec.topic == channels.LATENCY_TOPIC:
@@ -92,6 +108,15 @@ def _returns(episodes: list[tuple[float, int, bool]]) -> str:
     )
 
 
+def _short(value: object) -> str:
+    """A value on one line: a long text (a server's traceback) by its last line."""
+    text = str(value)
+    if "\n" in text or len(text) > 120:
+        last = text.strip().splitlines()[-1] if text.strip() else ""
+        return f"...{last[-120:]!r}"
+    return text
+
+
 def format_summary(summary: Summary) -> str:
     lines = []
     for f in summary.files:
@@ -104,6 +129,8 @@ def format_summary(summary: Summary) -> str:
     lines.append(f"duration: {span:.3f} s   messages: {summary.messages}   recorder calls: {summary.calls}")
     reported = "" if summary.recorder_dropped is None else f" (the recorder's own count: {summary.recorder_dropped})"
     lines.append(f"dropped calls: {summary.dropped_calls}{reported}")
+    if summary.mode:
+        lines.append(f"mode: {summary.mode}" + (" (a policy server's chunks)" if summary.mode == "deploy" else ""))
     lines.append(f"envs: {len(summary.envs)}")
     for env, s in sorted(summary.envs.items()):
         lines.append(
@@ -114,12 +141,21 @@ def format_summary(summary: Summary) -> str:
             shown = ", ".join(f"{r:.4g}" for r, _, _ in s.episodes[:20])
             more = f", ... ({len(s.episodes) - 20} more)" if len(s.episodes) > 20 else ""
             lines.append(f"    returns: {shown}{more}")
+        if s.answers:
+            outcomes = ", ".join(f"{k} {n}" for k, n in sorted(s.answers.items()))
+            line = f"    answers: {sum(s.answers.values())} ({outcomes})"
+            if s.first_rows:
+                line += (
+                    f"; applied from row {statistics.fmean(s.first_rows):.2f} on average "
+                    f"(max {max(s.first_rows)}; rows before it were meant for ticks that had passed)"
+                )
+            lines.append(line)
     kinds = Counter(kind for _, kind, _ in summary.link_events)
     by_kind = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
     lines.append(f"link events: {len(summary.link_events)}" + (f" ({by_kind})" if kinds else ""))
     for t, kind, vals in summary.link_events:
         if kind != "metadata":
-            detail = ", ".join(f"{k}={v}" for k, v in vals.items())
+            detail = ", ".join(f"{k}={_short(v)}" for k, v in vals.items())
             lines.append(f"  {(t - (summary.first_t or t)) / 1e9:9.3f} s  {kind}: {detail}")
     if summary.latencies:
         ordered = sorted(summary.latencies)

@@ -50,6 +50,24 @@ _SMALL = 256  # bytes a call's Python objects weigh beyond its arrays (a rough, 
 _START_TIMEOUT_S = 60.0
 
 
+def plain(value: Any) -> Any:
+    """``value`` as JSON and the wire codec carry it: maps, lists, strings, numbers (a server's metadata may
+    hold numpy values or bytes; an unreadable value becomes its text rather than stop the recording)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist() if value.size <= 64 else f"<array {value.dtype} {list(value.shape)}>"
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    return str(value)
+
+
 class RecordError(Exception):
     """Recording cannot start (folder not writable, a message definition missing): a user can fix it."""
 
@@ -246,14 +264,52 @@ class Recorder:
         """One env's action chunk as received, ``[H, *da]`` (time-major, this env's slice)."""
         self._put(Kind.CHUNK, env, t_ns, action, _SMALL + action.nbytes)
 
-    def step(self, env: int, t_ns: int, chunk_step: int | None, commanded: Mapping[str, np.ndarray | None]) -> None:
+    def step(
+        self,
+        env: int,
+        t_ns: int,
+        chunk_step: int | None,
+        commanded: Mapping[str, np.ndarray | None],
+        applied: np.ndarray | None = None,
+    ) -> None:
         """One control step: which chunk step ran (None: the idle behaviour) and what each sink published.
 
         ``commanded`` maps a sink's name to the values published after shaping, or None when it
-        published nothing.
+        published nothing. ``applied`` (deploy mode) is the action the step applied before shaping,
+        when it is not simply row ``chunk_step`` of the last chunk (a blend of several chunks).
         """
         size = _SMALL + sum(v.nbytes for v in commanded.values() if v is not None)
-        self._put(Kind.STEP, env, t_ns, (chunk_step, dict(commanded)), size)
+        if applied is not None:
+            size += applied.nbytes
+        self._put(Kind.STEP, env, t_ns, (chunk_step, dict(commanded), applied), size)
+
+    def answer(
+        self,
+        env: int,
+        t_ns: int,
+        outcome: str,
+        request: int,
+        round_trip_s: float | None = None,
+        first_row: int | None = None,
+        server_timing: Mapping[str, Any] | None = None,
+        detail: str = "",
+    ) -> None:
+        """Deploy mode: what became of the policy server's answer to ``request`` (see channels.ANSWER_OUTCOMES).
+
+        ``first_row``: for an applied chunk, the row that runs first (the rows before it were meant
+        for ticks that passed while the answer travelled: the alignment).
+        """
+        assert outcome in channels.ANSWER_OUTCOMES, outcome
+        values: dict[str, Any] = {"request": request}
+        if round_trip_s is not None:
+            values["round_trip_s"] = round_trip_s
+        if first_row is not None:
+            values["first_row"] = first_row
+        if server_timing:
+            values["server_timing"] = plain(server_timing)
+        if detail:
+            values["detail"] = detail
+        self._put(Kind.ANSWER, env, t_ns, (outcome, values), _SMALL + len(detail))
 
     def step_result(self, env: int, t_ns: int, reward: float, terminated: bool, truncated: bool, success: bool) -> None:
         """The result of the env's step: its reward (summed over the step's window) and flags."""
@@ -283,8 +339,8 @@ class Recorder:
         if dropped_envs:
             values["dropped_envs"] = list(dropped_envs)
         if detail:
-            values.update(detail)
-        level = channels.WARN if kind == "close" else channels.OK
+            values.update(plain(detail))
+        level = channels.WARN if kind in ("close", "traceback") else channels.OK
         self._put(Kind.LINK, -1, t_ns, (level, kind, values), _SMALL)
 
     def latency(self, t_ns: int, seconds: float) -> None:

@@ -61,8 +61,9 @@ def to_wire(kind: Kind, payload: Any) -> Any:
         sent_in, row = payload
         return [sent_in, dict(row.images), dict(row.states), row.text]
     if kind is Kind.STEP:
-        chunk_step, commanded = payload
-        return [chunk_step, commanded]
+        return list(payload)  # chunk_step, commanded, applied
+    if kind is Kind.ANSWER:
+        return list(payload)
     return payload
 
 
@@ -70,9 +71,7 @@ def from_wire(kind: Kind, wire: Any) -> Any:
     if kind is Kind.OBSERVATION:
         sent_in, images, states, text = wire
         return sent_in, ObservationRow(images=images, states=states, text=text)
-    if kind is Kind.STEP:
-        return wire[0], wire[1]
-    if kind is Kind.LINK:
+    if kind in (Kind.STEP, Kind.ANSWER, Kind.LINK):
         return tuple(wire)
     return wire
 

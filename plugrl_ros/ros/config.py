@@ -257,10 +257,6 @@ def load_config(flat: Mapping[str, Any], used: dict[str, Any] | None = None) -> 
     )
     status_section.finish()
     record = parse_record_section(root.section("record"), ConfigError)
-    if record.enabled and mode == "deploy":
-        # deploy mode's channels (observation dict sent, actions received, executed) are not recorded yet:
-        # refuse rather than write a file holding only the configuration
-        raise ConfigError("record.path", str(record.path), "deploy mode does not record yet; leave record.path empty")
     policy = _policy(root, mode, images, states, text)
     if mode == "deploy" and control.mode != "timer":
         raise ConfigError("control.mode", control.mode, "deploy mode runs on the control timer: timer")

@@ -88,6 +88,8 @@ class Seen:
     """What the server saw, for tests: requests, and what each handshake offered."""
 
     observations: list[Any] = field(default_factory=list)
+    # (connection from 1, "request" or "answer", the decoded request or the answer map as sent), in order
+    transcript: list[tuple[int, str, Any]] = field(default_factory=list)
     authorization: list[str | None] = field(default_factory=list)
     extensions: list[str | None] = field(default_factory=list)
     connections: int = 0
@@ -199,6 +201,7 @@ class TestPolicyServer:
 
     async def _handle(self, ws: ServerConnection) -> None:
         self.seen.connections += 1
+        connection = self.seen.connections
         slow = self.settings.slow_connection_s if self.seen.connections == self.settings.slow_connection else 0.0
         first = True
         await ws.send(codec.packb(self.metadata()))
@@ -210,7 +213,7 @@ class TestPolicyServer:
                 return
             started = time.monotonic()
             try:
-                answer = self._answer(frame)
+                answer = self._answer(frame, connection)
             except Exception:
                 self.seen.failures += 1
                 await ws.send(traceback.format_exc())
@@ -230,15 +233,17 @@ class TestPolicyServer:
                 await ws.send(codec.packb(answer))
             except ConnectionClosed:
                 return
+            self.seen.transcript.append((connection, "answer", answer))
             self.seen.answers += 1
             previous_total_ms = (time.monotonic() - started) * 1000
 
-    def _answer(self, frame: bytes | str) -> dict[str, Any]:
+    def _answer(self, frame: bytes | str, connection: int) -> dict[str, Any]:
         s = self.settings
         if isinstance(frame, str):
             raise TypeError("expected a binary msgpack frame, got a text frame")
         observation = codec.unpackb(frame)
         self.seen.observations.append(observation)
+        self.seen.transcript.append((connection, "request", observation))
         number = len(self.seen.observations) - 1
         if s.fail_after and number == s.fail_after:
             raise RuntimeError(f"test failure: this server fails request {number} (--fail-after)")
