@@ -61,6 +61,7 @@ EXERCISED = {
     "plugrl-record-info": (
         "mirror: test_record_tools.py::test_record_info_summarizes_envs_episodes_returns_steps_drops_and_link_events"
     ),
+    "plugrl-export --to npz": "mirror: test_record_deploy.py::test_record_info_and_export_read_a_deploy_recording",
 }
 
 _COMMAND_WORDS = ("scripts/", "plugrl-", "ros2 ", "colcon ", "rosdep ", "pip ", "git ", "mkdir ", "cd ", "source ")
