@@ -98,6 +98,7 @@ class DeployMode:
             for _ in range(n)
         ]
         self.ticks: deque[float] = deque(maxlen=1000)
+        self._warned: dict[tuple[int, str], float] = {}  # (robot, repeating kind) -> when last logged
         self.held = [True] * n  # not stepping (paused, resetting, stale): chunks dropped, actuators idle
         self._guard = node.create_guard_condition(self._deliver, callback_group=callback_group)
         node.create_timer(_FALLBACK_DRAIN_S, self._deliver, callback_group=callback_group)
@@ -149,7 +150,15 @@ class DeployMode:
             if note.level == "error":
                 log.error(text)
             elif note.level == "warn":
-                log.warning(text, throttle_duration_sec=_WARN_THROTTLE_S)
+                # throttled per robot and kind (rclpy's throttle is per call site: a stream of rejected
+                # answers would hide why a connection was closed)
+                if note.repeats:
+                    now = time.monotonic()
+                    key = (index, note.repeats)
+                    if now - self._warned.get(key, -_WARN_THROTTLE_S) < _WARN_THROTTLE_S:
+                        continue
+                    self._warned[key] = now
+                log.warning(text)
             else:
                 log.info(text)
 

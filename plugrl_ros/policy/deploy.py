@@ -49,10 +49,16 @@ class Tick:
 
 @dataclass(frozen=True)
 class Note:
-    """Something to log: level ``info``, ``warn`` or ``error``."""
+    """Something to log: level ``info``, ``warn`` or ``error``.
+
+    ``repeats``: the kind of a warning that can come many times a second (a
+    stale chunk, a rejected answer, a failed connect); the node logs each kind
+    at most every few seconds, so one kind never hides another.
+    """
 
     level: str
     text: str
+    repeats: str = ""
 
 
 class DeployRobot:
@@ -75,13 +81,19 @@ class DeployRobot:
                 return None
             if self.runner.on_chunk(event.tag, event.chunk.actions) == "stale":
                 return Note(
-                    "warn", f"a chunk arrived after its last step ({event.round_trip_s * 1000:.0f} ms): dropped"
+                    "warn",
+                    f"a chunk arrived after its last step ({event.round_trip_s * 1000:.0f} ms): dropped",
+                    repeats="stale",
                 )
             return None
         if isinstance(event, AnswerRejected):
             if event.epoch == self.epoch:
                 self.runner.on_rejected(event.tag)
-            return Note("warn", f"the policy server's answer was rejected, nothing of it runs: {event.detail}")
+            return Note(
+                "warn",
+                f"the policy server's answer was rejected, nothing of it runs: {event.detail}",
+                repeats="rejected",
+            )
         if isinstance(event, ServerTraceback):
             # the end of a traceback says what failed; a megabyte of it says no more
             text = event.text if len(event.text) <= _TRACEBACK_CHARS else "...\n" + event.text[-_TRACEBACK_CHARS:]
@@ -92,7 +104,11 @@ class DeployRobot:
                 self.runner.on_link_lost()
             return Note("warn", f"policy server connection lost: {event.detail}; idling until it is back")
         if isinstance(event, ConnectFailed):
-            return Note("warn", f"cannot reach the policy server: {event.detail}; retrying in {event.retry_in_s:.1f} s")
+            return Note(
+                "warn",
+                f"cannot reach the policy server: {event.detail}; retrying in {event.retry_in_s:.1f} s",
+                repeats="unreachable",
+            )
         if isinstance(event, Notice):
             return Note("warn", event.text)
         raise AssertionError(f"unknown event {event!r}")
