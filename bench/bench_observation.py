@@ -17,11 +17,10 @@ through the code the bridge runs, in four stages timed separately:
   where conversion happens at capture);
 * capture: :meth:`EnvIO.observe` of every env (freshness, conversion of each
   message to numpy or collecting the converter's result, shape checks);
-* encode: the rollout's infer for the n rows, encoded
-  (:meth:`Outgoing.encode_pieces`: msgpack, each large array's data by
-  reference);
-* frame: websockets turns the message into masked client frames (one
-  fragment per piece, as the bridge's client sends it), the bytes handed to
+* encode: the rollout's infer for the n rows, encoded (:meth:`Outgoing.encode`:
+  msgpack, one buffer);
+* frame: websockets turns the message into one masked client frame (the
+  protocol allows one message per frame, no fragments), the bytes handed to
   the socket.
 
 ``--clock cpu`` times every stage and the floor in the process's CPU time
@@ -31,8 +30,7 @@ counts; DDS's own threads add a little).
 
 ``--compare`` also runs, interleaved in the same rounds, the bridge with
 earlier choices put back: ``typed take`` (image subscriptions take typed
-messages: rclpy's three copies of the pixels), ``one buffer`` (the infer
-joined into one bytes and sent as one frame), and ``before`` (both).
+messages: rclpy's three copies of the pixels).
 
 The floor is one memcpy of the infer's payload (the observation bytes it
 carries) into a preallocated buffer, measured in the same loop: no bridge can
@@ -66,8 +64,6 @@ BRIDGE = "bridge"
 VARIANTS = {
     BRIDGE: frozenset(),
     "typed take": frozenset({"typed take"}),
-    "one buffer": frozenset({"one buffer"}),
-    "before": frozenset({"typed take", "one buffer"}),
 }
 
 
@@ -149,7 +145,6 @@ class Pipeline:
 
         self.image_case = image_case
         self.n = n
-        self.one_buffer = "one buffer" in VARIANTS[variant]
         typed_take = "typed take" in VARIANTS[variant]
         params = bridge_params(image_case, n)
         # freshness is not measured here: a stall of the shared machine between take and capture must not fail
@@ -234,17 +229,9 @@ class Framer:
 
         self._protocol = ClientProtocol(parse_uri("ws://127.0.0.1:8000"), state=State.OPEN, max_size=None)
 
-    def frame(self, data: bytes | list[bytes | memoryview]) -> list[bytes]:
-        """The frames of one message: ``data``, or its pieces as fragments (what websockets' send does with a list)."""
-        if type(data) is not list:
-            self._protocol.send_binary(data)
-        elif len(data) == 1:
-            self._protocol.send_binary(data[0])
-        else:
-            self._protocol.send_binary(data[0], fin=False)
-            for piece in data[1:]:
-                self._protocol.send_continuation(piece, fin=False)
-            self._protocol.send_continuation(b"", fin=True)
+    def frame(self, data: bytes) -> list[bytes]:
+        """The bytes websockets hands the socket for one message: one frame."""
+        self._protocol.send_binary(data)
         return self._protocol.data_to_send()
 
 
@@ -286,7 +273,7 @@ def measure(
                 rows = pipe.capture()
                 t2 = clock()
                 outgoing = pipe.infer(connection, rows)
-                data = outgoing.encode() if pipe.one_buffer else outgoing.encode_pieces()
+                data = outgoing.encode()
                 t3 = clock()
                 frames = framer.frame(data)
                 t4 = clock()
@@ -466,7 +453,7 @@ def main() -> int:
     parser.add_argument(
         "--compare",
         action="store_true",
-        help="also run the variants with earlier choices put back (typed take, one buffer)",
+        help="also run the variants with earlier choices put back (typed take)",
     )
     parser.add_argument(
         "--clock", choices=("wall", "cpu"), default="wall", help="time stages in wall time or process CPU time"

@@ -15,7 +15,6 @@ import hashlib
 import math
 import os
 import tracemalloc
-from contextlib import nullcontext
 from typing import Any
 from unittest import mock
 
@@ -888,54 +887,3 @@ def test_stacked_rows_pack_to_the_bytes_of_the_stacked_array(shape: tuple[int, .
     assert codec.packb(message) == expected
     decoded = codec.unpackb(codec.packb(message))["images"]["cam"]
     assert np.array_equal(decoded, np.stack(rows))
-
-
-def assert_pieces_of(message: Any) -> list[Any]:
-    """pack_pieces' pieces join to packb's bytes, each is bytes or a flat byte view whose len() is its size."""
-    pieces = codec.pack_pieces(message)
-    assert b"".join(pieces) == codec.packb(message)
-    for piece in pieces:
-        assert type(piece) is bytes or (type(piece) is memoryview and piece.ndim == 1 and piece.format == "B")
-        assert len(piece) == memoryview(piece).nbytes
-    return pieces
-
-
-@FUZZ
-@given(
-    array=hnp.arrays(_DTYPES, hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=6)),
-    layout=_LAYOUTS,
-    piece_every_array=st.booleans(),
-)
-def test_property_pieces_join_to_the_frame_packb_writes(
-    array: np.ndarray, layout: str, piece_every_array: bool
-) -> None:
-    array = _lay_out(array, layout)
-    message = {
-        "a": array,
-        "nested": [array, {"again": (array,)}],
-        "rows": codec.StackedRows([array, array], array.dtype),
-    }
-    every = mock.patch.multiple(codec, _JOIN_MIN_BYTES=0, _PIECE_MIN_BYTES=0) if piece_every_array else nullcontext()
-    with every:
-        assert_pieces_of(message)
-
-
-@pytest.mark.parametrize("dtype", [np.uint8, np.float32, np.dtype(">u2")])
-def test_large_arrays_become_pieces_that_are_views_of_their_rows_not_copies(dtype: Any) -> None:
-    rng = np.random.default_rng(5)
-    rows = [rng.integers(0, 255, (480, 640, 3)).astype(dtype) for _ in range(3)]
-    small = rng.integers(0, 255, (224, 224, 3)).astype(np.uint8)  # under the piece size: joined, not a piece
-    message = {"images": {"cam": codec.StackedRows(rows, rows[0].dtype), "small": small}, "env": [0, 1, 2]}
-    pieces = assert_pieces_of(message)
-    views = [p for p in pieces if type(p) is memoryview]
-    assert len(views) == 3
-    for row, view in zip(rows, views):
-        assert np.shares_memory(np.frombuffer(view, np.uint8), row)
-    assert [type(p) for p in pieces] == [bytes, memoryview, memoryview, memoryview, bytes]  # small image: the last
-    np.testing.assert_array_equal(codec.unpackb(b"".join(pieces))["images"]["cam"], np.stack(rows))
-
-
-def test_a_message_without_large_arrays_is_one_piece() -> None:
-    message = {"data": {"x": np.arange(10.0), "image": np.zeros((224, 224, 3), np.uint8)}, "envs": [0]}
-    pieces = assert_pieces_of(message)
-    assert len(pieces) == 1

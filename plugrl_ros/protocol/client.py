@@ -386,12 +386,13 @@ class TrainerClient:
             outgoing = await queue.get()
             if outgoing is None:
                 return
-            # One message, sent as fragments when it holds large arrays: their data goes from the
-            # arrays straight to websockets' masking, without being joined into one buffer first.
-            pieces = outgoing.encode_pieces()
-            await ws.send(pieces[0] if len(pieces) == 1 else pieces)
+            # One message, one frame: the protocol's framing rule (binary frames only, one message
+            # per frame). A fragmented message (websockets sends an iterable that way) would save
+            # a copy of the images but breaks a trainer that reads frames, not messages.
+            data = outgoing.encode()
+            await ws.send(data)
             self.frames_sent += 1
-            self.bytes_sent += sum(len(piece) for piece in pieces)
+            self.bytes_sent += len(data)
             if outgoing.kind == "infer":
                 self._await_answer()
 

@@ -47,12 +47,6 @@ _MAX_NDIM = 32
 # once (into the frame) rather than two or three times (buffer, its regrowth,
 # the bytes msgpack returns). Smaller arrays are cheaper to let msgpack copy.
 _JOIN_MIN_BYTES = 64 * 1024
-# An array's data at least this large is a piece of its own in pack_pieces
-# (a websocket fragment); smaller data is joined with its neighbours. Each
-# fragment costs a header, a mask, a write: about a memcpy of 100-200 KiB,
-# measured with websockets 17 (two 224x224 images, one env: one buffer 0.9x
-# the time of a fragment per image).
-_PIECE_MIN_BYTES = 256 * 1024
 # The packer's first buffer: enough for headers and small arrays. With
 # msgpack's default (256 KiB, above glibc's initial mmap threshold), a fresh
 # process gave its heap back to the kernel after every frame and page-faulted
@@ -139,36 +133,6 @@ def packb(obj: Any) -> bytes:
         return packer.bytes()
     chunks.append(packer.bytes())
     return b"".join(chunks)
-
-
-def pack_pieces(obj: Any) -> list[bytes | memoryview]:
-    """The bytes of :func:`packb` as pieces, for a websocket to send as the fragments of one message.
-
-    Each large array's data (a 640x480 image, not a 224x224 one) is its own
-    piece, a flat byte view of the array (no copy between the array and the
-    socket's masking); the smaller parts between them are joined. The views reference
-    the arrays, which must not change until the pieces are sent.
-    """
-    packer = msgpack.Packer(default=_encode_default, use_bin_type=True, autoreset=False, buf_size=_PACKER_BUF_BYTES)
-    chunks: list[Any] = []
-    _pack_walk(obj, packer, chunks, 0)
-    chunks.append(packer.bytes())
-    pieces: list[bytes | memoryview] = []
-    small: list[bytes | memoryview] = []
-    for chunk in chunks:
-        size = chunk.nbytes if type(chunk) is memoryview else len(chunk)
-        if size < _PIECE_MIN_BYTES or size == 0:
-            small.append(chunk)
-            continue
-        if type(chunk) is memoryview and (chunk.ndim != 1 or chunk.format != "B"):
-            chunk = chunk.cast("B")  # websockets counts a fragment with len(): a view of bytes, one-dimensional
-        if small:
-            pieces.append(b"".join(small))
-            small = []
-        pieces.append(chunk)
-    if small:
-        pieces.append(b"".join(small))
-    return pieces
 
 
 def _pack_walk(obj: Any, packer: msgpack.Packer, chunks: list[Any], depth: int) -> None:

@@ -64,10 +64,6 @@ class Outgoing:
     def encode(self) -> bytes:
         return codec.packb(self._build())
 
-    def encode_pieces(self) -> list[bytes | memoryview]:
-        """:meth:`encode`'s bytes as pieces (:func:`codec.pack_pieces`): the fragments of one websocket message."""
-        return codec.pack_pieces(self._build())
-
     def message(self) -> dict:
         return self._build()
 
