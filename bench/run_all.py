@@ -22,7 +22,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-BENCHMARKS = ("codec", "observation", "action", "timing", "step_rate", "throughput", "policy_execution", "network")
+BENCHMARKS = (
+    "codec",
+    "observation",
+    "action",
+    "timing",
+    "step_rate",
+    "throughput",
+    "policy_execution",
+    "policy_node",
+    "network",
+)
 
 
 def run_benchmark(name: str, out: Path, quick: bool) -> Path | None:
@@ -210,6 +220,7 @@ def build_report(out: Path, title: str) -> Path:
     import bench_network
     import bench_observation
     import bench_policy_execution
+    import bench_policy_node
     import bench_step_rate
     import bench_throughput
     import bench_timing
@@ -227,6 +238,7 @@ def build_report(out: Path, title: str) -> Path:
         ("step_rate", bench_step_rate, None),
         ("throughput", bench_throughput, plot_throughput),
         ("policy_execution", bench_policy_execution, None),
+        ("policy_node", bench_policy_node, None),
         ("network", bench_network, plot_network),
     )
     for name, module, plot in renderers:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run every benchmark (bench/) and write a Markdown report with plots to bench/results/report.md.
 #   scripts/bench.sh [--quick] [--out DIR] [--only NAME ...]
-# Takes about 10 minutes (--quick: under a minute). Run it on an otherwise idle machine when the
+# Takes about 12 minutes (--quick: under a minute). Run it on an otherwise idle machine when the
 # absolute numbers matter; the ratios against the in-run baselines are what to compare.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

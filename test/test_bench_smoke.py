@@ -42,6 +42,7 @@ def test_the_codec_benchmark_prints_its_table():
         ("step_rate", "| code | H | rate Hz | env steps/s per robot | steps/s ÷ rate_hz |"),
         ("throughput", "| client | n | reuse | env steps/s |"),
         ("policy_execution", "| H | latency ms | mode | idle % |"),
+        ("policy_node", "| case | env steps/s per robot | ÷ rate_hz | vs train | idle % |"),
         ("record", "| writer | case | µs per call | x no-op call | x memcpy of frames |"),
         ("network", "| mode | H | reuse | 0 ms: steps/s (idle) |"),
     ],
