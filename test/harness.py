@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -436,6 +437,19 @@ VALID = {
     },
     "actions": {"arm": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 2]}},
 }
+
+
+def reset_retry_delays(output: str, target: str) -> list[float]:
+    """The delays the bridge chose after each failed call of ``target``'s reset service, from its log.
+
+    The bridge's own words, not wall-clock gaps: what the backoff decided is exact
+    on any machine. A "not available" report is no call (the service was not there).
+    """
+    return [
+        float(re.search(r"retrying in ([0-9.]+) s", line).group(1))
+        for line in output.splitlines()
+        if f"reset of {target} failed" in line and "retrying in" in line and "is not available" not in line
+    ]
 
 
 def per_env_chunk(horizon: int) -> Callable:

@@ -58,6 +58,7 @@ from harness import (
     of_kind,
     per_env_chunk,
     process,
+    reset_retry_delays,
     state_of,
     statuses,
     wait_until,
@@ -712,6 +713,7 @@ def test_pausing_idles_the_actuators_truncates_the_running_episode_and_unpausing
 
 def test_a_dead_man_pause_topic_runs_the_robot_only_while_it_keeps_saying_false(tmp_path, robot):
     max_age = 0.3
+    horizon = 500  # ten seconds per chunk: no chunk ends by itself while the test watches
     params = {
         "observations": STATE,
         "actions": {"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1], "idle": "zero"}},
@@ -725,8 +727,17 @@ def test_a_dead_man_pause_topic_runs_the_robot_only_while_it_keeps_saying_false(
     def moving(since: float) -> int:
         return sum(1 for m in cmd.msgs(since) if m.data[0] != 0.0)
 
-    ones = lambda envs, steps, obs: np.ones((25, len(envs), 1), dtype="<f4")  # noqa: E731
-    with ScriptedTrainer({"action_horizon": 25, "action_dim": 1}, ones) as trainer:
+    def after_first_idle(since: float) -> list[float] | None:
+        """The commands from the first idle one received after ``since`` on (None: no idle one yet).
+
+        One publisher's commands arrive in order, so whatever the machine's load, the commands
+        still on their way when the robots stopped come before it.
+        """
+        values = [m.data[0] for m in cmd.msgs(since)]
+        return values[values.index(0.0) :] if 0.0 in values else None
+
+    ones = lambda envs, steps, obs: np.ones((horizon, len(envs), 1), dtype="<f4")  # noqa: E731
+    with ScriptedTrainer({"action_horizon": horizon, "action_dim": 1}, ones) as trainer:
         with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
             t_start = time.monotonic()
             wait_until(lambda: len(cmd.msgs(t_start)) >= 50, 20, "idle commands before the switch is held")
@@ -738,10 +749,13 @@ def test_a_dead_man_pause_topic_runs_the_robot_only_while_it_keeps_saying_false(
 
             switch.on = False  # the teleop node dies, or the operator lets go
             t_released = time.monotonic()
+            # the chunk runs ten seconds: only the switch's silence can end it within five
             truncated = trainer.wait_for(first_after(trainer, "feedback", t_released), 5, "the released chunk's end")
-            settled = t_released + max_age + 0.1  # the age limit, a tick, and messages already on their way
-            wait_until(lambda: len(cmd.msgs(settled)) >= 10, 10, "commands after the switch went silent")
-            assert moving(settled) == 0, "the actuator moved after the dead-man switch went silent"
+            wait_until(
+                lambda: len(after_first_idle(t_released) or []) >= 10, 10, "commands after the switch went silent"
+            )
+            silent = after_first_idle(t_released)
+            assert set(silent) == {0.0}, "the actuator moved after the dead-man switch went silent"
 
             switch.on = True
             t_again = time.monotonic()
@@ -749,6 +763,7 @@ def test_a_dead_man_pause_topic_runs_the_robot_only_while_it_keeps_saying_false(
 
             # The bridge stalls while the switch is held; the operator lets go meanwhile. The "run"
             # messages queued during the stall are old when it resumes: they must not move the robot.
+            # (The sleeps are the fault's timing: the operator lets go 0.2 s into a 1.2 s stall.)
             os.kill(child.proc.pid, signal.SIGSTOP)
             try:
                 time.sleep(0.2)
@@ -757,9 +772,10 @@ def test_a_dead_man_pause_topic_runs_the_robot_only_while_it_keeps_saying_false(
             finally:
                 os.kill(child.proc.pid, signal.SIGCONT)
             t_resumed = time.monotonic()
-            wait_until(lambda: len(cmd.msgs(t_resumed + 0.05)) >= 20, 10, "commands after the stall")
-            # (a command published just before the stall may still arrive in the first moment)
-            assert moving(t_resumed + 0.05) == 0, "old 'run' messages moved the robot after a stall"
+            wait_until(lambda: len(after_first_idle(t_resumed) or []) >= 20, 10, "idle commands after the stall")
+            # at most the step or two the bridge had published just before it stopped, then only idle
+            assert moving(t_resumed) <= 2, "old 'run' messages moved the robot after a stall"
+            assert set(after_first_idle(t_resumed)) == {0.0}, "old 'run' messages moved the robot after a stall"
     assert truncated["data"]["truncated"].tolist() == [True], "the running episode was not truncated"
 
 
@@ -822,13 +838,6 @@ def test_an_action_that_arrives_while_paused_is_dropped_with_the_connection_at_t
 # -- h. resets ---------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "reset retries come ~0.6-0.8 s later than the backoff (gaps [0.82, 1.02] and [1.53, 1.53]) when"
-        " this test runs beside another bridge test; it passes alone. Found at the end of a session, not yet explained"
-    ),
-)
 def test_a_failing_reset_is_retried_with_backoff_while_the_other_env_keeps_training(tmp_path, robot):
     params = {
         "envs": ["robot1", "robot2"],
@@ -837,32 +846,35 @@ def test_a_failing_reset_is_retried_with_backoff_while_the_other_env_keeps_train
         "episode": {"max_steps": 4},
         "reset": {"mode": "service", "timeout_s": 1.0, "retry_initial_s": 0.2, "retry_max_s": 1.0},
     }
-    calls: dict[int, list[float]] = {0: [], 1: []}
+    calls: dict[int, list[tuple[float, bool]]] = {0: [], 1: []}  # (when, answered success)
+    arm_home = {0: False, 1: True}  # robot1's reset fails until the test lets it succeed
 
-    def reset_service(env: int, failures: int) -> Callable:
+    def reset_service(env: int) -> Callable:
         def handle(request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-            calls[env].append(time.monotonic())
-            response.success = len(calls[env]) > failures
+            response.success = arm_home[env]
             response.message = "ok" if response.success else "the arm is not home yet"
+            calls[env].append((time.monotonic(), response.success))
             return response
 
         return handle
 
-    robot.node.create_service(Trigger, "/robot1/reset", reset_service(0, failures=2))
-    robot.node.create_service(Trigger, "/robot2/reset", reset_service(1, failures=0))
+    robot.node.create_service(Trigger, "/robot1/reset", reset_service(0))
+    robot.node.create_service(Trigger, "/robot2/reset", reset_service(1))
     robot.stream(Float64MultiArray, "/robot1/state", float_state(1.0))
     robot.stream(Float64MultiArray, "/robot2/state", float_state(2.0))
     cmd1, cmd2 = robot.listen(Float64MultiArray, "/robot1/cmd"), robot.listen(Float64MultiArray, "/robot2/cmd")
     diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
+
+    def env1_trained_since(t: float) -> bool:
+        feedbacks = [u for u, _ in with_env(trainer.timed_records(), "feedback", 1) if u > t]
+        return len(cmd2.msgs(t)) >= 10 and len(feedbacks) >= 4
+
     with ScriptedTrainer({"action_horizon": 2, "action_dim": 1}, per_env_chunk(2)) as trainer:
-        with bridge(tmp_path, bridge_params(trainer.uri, **params)):
-            wait_until(lambda: len(calls[0]) >= 3, 20, "three reset calls for robot1")
-            first, third = calls[0][0], calls[0][2]
-            resumed = trainer.wait_for(
-                lambda r: next((m for t, m in with_env(trainer.timed_records(), "infer", 0) if t > third), None),
-                10,
-                "env 0 inferring after its reset succeeded",
-            )
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
+            # robot1 fails (4 calls: every backoff delay up to retry_max_s) while robot2 keeps training
+            wait_until(lambda: len(calls[0]) >= 4, 30, "four reset calls for robot1")
+            first = calls[0][0][0]
+            wait_until(lambda: env1_trained_since(first), 30, "robot2 training while robot1's reset fails")
             _, failing = first_diag(
                 diagnostics,
                 lambda m: env_status(m, 0)[0] == WARN and "reset failing" in env_status(m, 0)[1],
@@ -870,28 +882,41 @@ def test_a_failing_reset_is_retried_with_backoff_while_the_other_env_keeps_train
                 "/diagnostics to report the failing reset",
             )
             wait_until(
-                lambda: diagnostics.msgs() and int(env_status(diagnostics.msgs()[-1], 0)[2]["reset failures"]) >= 2,
+                lambda: diagnostics.msgs() and int(env_status(diagnostics.msgs()[-1], 0)[2]["reset failures"]) >= 4,
                 5,
                 "the reset failure count",
             )
-            records = trainer.timed_records()
-    gaps = [b - a for a, b in itertools.pairwise(calls[0][:3])]
-    # retry_initial_s 0.2, then doubling (the margins absorb delivery jitter)
-    assert gaps[0] >= 0.15 and gaps[1] >= 0.3 and gaps[1] > 1.4 * gaps[0], f"no backoff: {gaps}"
+            arm_home[0] = True  # the next call succeeds
+            succeeded = wait_until(lambda: next((t for t, ok in calls[0] if ok), None), 10, "robot1's reset to succeed")
+            resumed = trainer.wait_for(
+                lambda r: next((m for t, m in with_env(trainer.timed_records(), "infer", 0) if t > succeeded), None),
+                10,
+                "env 0 inferring after its reset succeeded",
+            )
+            output = child.output()
+    until_success = [t for t, _ in calls[0] if t <= succeeded]  # later calls: the next episodes' resets
+    # What the backoff decided (retry_initial_s 0.2, doubling, at most retry_max_s 1.0), in the bridge's
+    # words: exact under any load. A service discovered late must not have used up its first delays.
+    delays = reset_retry_delays(output, "robot1/reset")
+    assert delays[:4] == [0.2, 0.4, 0.8, 1.0] and set(delays[4:]) <= {1.0}, delays
+    # ...and honoured: a retry never comes before its delay has passed (load only makes it later)
+    # (a call lost on its way would time out and shift the pairs to longer gaps and shorter delays: still true)
+    gaps = [b - a for a, b in itertools.pairwise(until_success)]
+    assert len(gaps) >= 4 and all(gap >= delay for gap, delay in zip(gaps, delays, strict=False)), (gaps, delays)
     assert "the arm is not home yet" in env_status(failing, 0)[1]
     assert resumed["step_ids"][env_rows(resumed)[0]] == 0
-    assert len(cmd1.msgs(first)) == len(cmd1.msgs(third)), "robot1 was commanded while its reset was failing"
-    # meanwhile env 1 kept training: its chunks ran and were fed back
-    assert len(cmd2.msgs(first)) - len(cmd2.msgs(third)) >= 10
-    assert len([t for t, _ in with_env(records, "feedback", 1) if first < t < third]) >= 4
+    assert len(cmd1.msgs(first)) == len(cmd1.msgs(succeeded)), "robot1 was commanded while its reset was failing"
+    assert env1_trained_since(first), "robot2 did not keep training"
 
 
-def test_a_missing_reset_service_is_reported_and_retried_until_it_appears(tmp_path, robot):
+def test_a_missing_reset_service_is_reported_called_as_soon_as_it_appears_and_backs_off_from_its_first_failure(
+    tmp_path, robot
+):
     params = {
         "observations": STATE,
         "actions": {"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1], "idle": "none"}},
         "episode": {"max_steps": 2},
-        "reset": {"mode": "service", "timeout_s": 1.0, "retry_initial_s": 0.1, "retry_max_s": 0.2},
+        "reset": {"mode": "service", "timeout_s": 1.0, "retry_initial_s": 0.1, "retry_max_s": 1.0},
     }
     robot.stream(Float64MultiArray, "/state", float_state(0.0))
     diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
@@ -899,28 +924,32 @@ def test_a_missing_reset_service_is_reported_and_retried_until_it_appears(tmp_pa
 
     def handle(request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         calls.append(time.monotonic())
-        response.success = True
+        response.success = len(calls) > 1  # the robot's first reset after it came up fails
         return response
 
     with ScriptedTrainer({"action_horizon": 2, "action_dim": 1}) as trainer:
-        with bridge(tmp_path, bridge_params(trainer.uri, **params)):
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
             _, missing = first_diag(
                 diagnostics,
                 lambda m: "not available" in env_status(m, 0)[1] and int(env_status(m, 0)[2]["reset failures"]) >= 2,
                 20,
-                "/diagnostics to report the missing reset service, retried",
+                "/diagnostics to report the missing reset service, twice",
             )
             assert env_status(missing, 0)[0] == WARN
             assert "the reset service reset is not available" in env_status(missing, 0)[1]
             infers_before = len(trainer.messages("infer"))
             robot.node.create_service(Trigger, "/reset", handle)
-            wait_until(lambda: calls, 10, "the reset service to be called")
+            wait_until(lambda: len(calls) >= 2, 10, "the reset service to be called, and called again")
             after = trainer.wait_for(
                 lambda r: of_kind(r, "infer")[infers_before:],
                 10,
                 "an infer after the reset",
             )[0]
+            output = child.output()
     assert after["step_ids"].tolist() == [0], "a new episode starts after the reset"
+    # Waiting for the service is no failed call: its first failed call waits retry_initial_s.
+    assert reset_retry_delays(output, "reset")[:1] == [0.1], output
+    assert "not available after 1 s; calling it as soon as it appears" in output, output
 
 
 # -- i, j. stopping -----------------------------------------------------------------------------

@@ -5,6 +5,13 @@ The procedure never blocks the executor: the service is called with
 with exponential backoff. A robot whose reset keeps failing stays out of the
 batch (it holds no action, so nobody waits for it) and is reported, while the
 other robots keep training.
+
+Only calls back off. A service not yet discovered (a bridge just started:
+DDS discovery takes seconds on a busy machine; a robot restarting) is waited
+for, looked up on every poll (a local lookup: nothing reaches the robot) and
+called the moment it appears; after each ``timeout_s`` without it the reset is
+reported failing. So the first failed call waits ``retry_initial_s``, however
+long the service took to appear.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ class ResetProcedure:
         self._future = None
         self._deadline = 0.0
         self._retry_at = 0.0
+        self._missing = 0  # "not available" reports while waiting for the service to appear
         self._ready_seq = 0
         self._ready_mark = 0
         self._client = None
@@ -99,9 +107,10 @@ class ResetProcedure:
         if self.state is ResetState.DISCOVERING:
             assert self._client is not None
             if self._client.service_is_ready():
+                self.failures -= self._missing  # it is there now: only failed calls still count in a row
                 self._send()
             elif now >= self._deadline:
-                self._fail(f"the reset service {self.target} is not available")
+                self._report_missing(now)
             return False
         # CALLING
         future = self._future
@@ -143,6 +152,7 @@ class ResetProcedure:
         assert self._client is not None
         self._future = None
         self._deadline = self._clock_s() + self._config.timeout_s
+        self._missing = 0
         self.state = ResetState.DISCOVERING
         if self._client.service_is_ready():
             self._send()
@@ -153,7 +163,20 @@ class ResetProcedure:
         self._deadline = self._clock_s() + self._config.timeout_s
         self.state = ResetState.CALLING
 
+    def _report_missing(self, now: float) -> None:
+        """The service is still not discovered after ``timeout_s``: report it and keep waiting (no backoff)."""
+        self._missing += 1
+        self.failures += 1
+        self.total_failures += 1
+        self.last_error = f"the reset service {self.target} is not available"
+        self._deadline = now + self._config.timeout_s
+        self._node.get_logger().warning(
+            f"reset of {self.target} failed ({self.failures} in a row): {self.last_error}"
+            f" after {self._config.timeout_s:g} s; calling it as soon as it appears"
+        )
+
     def _fail(self, error: str) -> None:
+        """A call failed: retry after the next backoff delay."""
         self.failures += 1
         self.total_failures += 1
         self.last_error = error
