@@ -877,9 +877,9 @@ def test_a_failing_reset_is_retried_with_backoff_while_the_other_env_keeps_train
             wait_until(lambda: env1_trained_since(first), 30, "robot2 training while robot1's reset fails")
             _, failing = first_diag(
                 diagnostics,
-                lambda m: env_status(m, 0)[0] == WARN and "reset failing" in env_status(m, 0)[1],
+                lambda m: "the arm is not home yet" in env_status(m, 0)[1],
                 5,
-                "/diagnostics to report the failing reset",
+                "/diagnostics to report the failing reset's answer",
             )
             wait_until(
                 lambda: diagnostics.msgs() and int(env_status(diagnostics.msgs()[-1], 0)[2]["reset failures"]) >= 4,
@@ -903,7 +903,8 @@ def test_a_failing_reset_is_retried_with_backoff_while_the_other_env_keeps_train
     # (a call lost on its way would time out and shift the pairs to longer gaps and shorter delays: still true)
     gaps = [b - a for a, b in itertools.pairwise(until_success)]
     assert len(gaps) >= 4 and all(gap >= delay for gap, delay in zip(gaps, delays, strict=False)), (gaps, delays)
-    assert "the arm is not home yet" in env_status(failing, 0)[1]
+    level, message, _ = env_status(failing, 0)
+    assert level == WARN and message.startswith("reset failing ("), message
     assert resumed["step_ids"][env_rows(resumed)[0]] == 0
     assert len(cmd1.msgs(first)) == len(cmd1.msgs(succeeded)), "robot1 was commanded while its reset was failing"
     assert env1_trained_since(first), "robot2 did not keep training"
