@@ -359,7 +359,7 @@ class Robot:
         self.node.create_subscription(msg_type, topic, callback, qos_profile("reliable", 100))
         return inbox
 
-    def call(self, srv_type: type, name: str, request: Any, timeout: float = 10.0) -> Any:
+    def call(self, srv_type: type, name: str, request: Any, timeout: float = 30.0) -> Any:
         """Call a service (its client is kept, so a second call needs no discovery) and wait for the answer."""
         client = self._clients.get(name)
         if client is None:
@@ -369,7 +369,7 @@ class Robot:
         wait_until(future.done, timeout, f"the answer of {name}")
         return future.result()
 
-    def discover(self, srv_type: type, name: str, timeout: float = 10.0) -> None:
+    def discover(self, srv_type: type, name: str, timeout: float = 30.0) -> None:
         """Create the client of ``name`` now and wait until the service is there, so a later call is quick."""
         client = self._clients[name] = self.node.create_client(srv_type, name)
         assert client.wait_for_service(timeout_sec=timeout), f"service {name} did not appear"
