@@ -36,14 +36,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
 ENV_COUNTS = (1, 4, 16)
+# the rclpy executor of the bridge and of the ROS floor, by the kind's suffix
+EXECUTORS = {"": "events", "-single": "single", "-events": "events"}
 HORIZON = 4
 ACTION_DIM = 2
 
 
 def client_children(kind: str, uri: str, n: int, reuse: bool) -> list[list[str]]:
     robot = common.python_module("plugrl_ros.tools.probe_robot", "--envs", str(n), "--action-dim", str(ACTION_DIM))
-    if kind == "ros-floor":
-        return [robot, common.python_script("ros_lockstep_client.py", "--envs", str(n))]
+    if kind.startswith("ros-floor"):
+        executor = EXECUTORS[kind.removeprefix("ros-floor")]
+        floor = common.python_script("ros_lockstep_client.py", "--envs", str(n), "--executor", executor)
+        return [robot, floor]
     if kind == "baseline":
         return [common.python_script("baseline_client.py", "--server", uri, "--envs", str(n))]
     if kind == "headless":
@@ -65,10 +69,13 @@ def run_one(kind: str, n: int, reuse: bool, seconds: float, warmup: float) -> di
     with common.children() as started:
         trainer = common.TrainerChild("--horizon", str(HORIZON), "--action-dim", str(ACTION_DIM), "--reuse")
         started.append(trainer)
-        clients = [common.Child(command) for command in client_children(kind, trainer.uri, n, reuse)]
+        env = common.ros_env()
+        if kind.startswith("bridge"):
+            env["PLUGRL_EXECUTOR"] = EXECUTORS[kind.removeprefix("bridge")]
+        clients = [common.Child(command, env) for command in client_children(kind, trainer.uri, n, reuse)]
         started.extend(clients)
         # the ROS floor has no trainer: its client counts its own steps
-        counter = (lambda: _client_stats(clients[-1])) if kind == "ros-floor" else trainer.stats
+        counter = (lambda: _client_stats(clients[-1])) if kind.startswith("ros-floor") else trainer.stats
         common.wait_for(lambda: counter()["steps"] > 2 * n, 60.0, f"the {kind} client's first steps")
         time.sleep(warmup)
         meters = [common.ProcessMeter(c.pid) for c in clients]

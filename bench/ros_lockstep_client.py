@@ -19,13 +19,13 @@ import json
 import sys
 import time
 
-import rclpy
 from rclpy.node import Node
 from std_msgs.msg import Bool, Float32, Float64, Float64MultiArray
 from std_srvs.srv import Trigger
 
+from plugrl_ros.node.process import make_executor
 from plugrl_ros.ros.qos import qos_profile
-from plugrl_ros.ros.spin import spin_until_shutdown
+from plugrl_ros.ros.spin import init_ros, spin_until_shutdown
 
 _STEP_TOPICS = ("t", "a", "reward", "terminated")
 _RESET_TOPICS = ("t", "a")
@@ -100,10 +100,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=1)
     parser.add_argument("--action-dim", type=int, default=2)
+    parser.add_argument("--executor", choices=("single", "events"), default="single", help="rclpy executor")
     args = parser.parse_args()
-    rclpy.init()
+    init_ros(None)
     node = LockstepClient(args.envs, args.action_dim)
-    return spin_until_shutdown(node)
+    return spin_until_shutdown(node, make_executor(args.executor))
 
 
 if __name__ == "__main__":

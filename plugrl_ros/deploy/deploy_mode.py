@@ -46,10 +46,10 @@ from plugrl_ros.protocol.policy.client import (
 from plugrl_ros.protocol.policy.link import PolicyLinks
 from plugrl_ros.robot.robot_side import RobotSide
 from plugrl_ros.ros.config import BridgeConfig
+from plugrl_ros.ros.wakeup import Wakeup
 
 EXIT_OK = 0
-# A guard condition triggered from another thread can, rarely, fail to wake the executor;
-# a slow timer drains whatever such a lost wakeup left behind (as the trainer link does).
+# How often a slow timer drains what a lost wakeup left behind (see plugrl_ros.ros.wakeup).
 _FALLBACK_DRAIN_S = 0.5
 _WARN_THROTTLE_S = 5.0
 _TRACEBACK_CHARS = 8000  # of a server's traceback, recorded (its end says what failed)
@@ -100,9 +100,8 @@ class DeployMode:
         self.ticks: deque[float] = deque(maxlen=1000)
         self._warned: dict[tuple[int, str], float] = {}  # (robot, repeating kind) -> when last logged
         self.held = [True] * n  # not stepping (paused, resetting, stale): chunks dropped, actuators idle
-        self._guard = node.create_guard_condition(self._deliver, callback_group=callback_group)
-        node.create_timer(_FALLBACK_DRAIN_S, self._deliver, callback_group=callback_group)
-        self.links = PolicyLinks([policy.server] * n, [expect] * n, wake=self._guard.trigger)
+        wakeup = Wakeup(node, self._deliver, callback_group, _FALLBACK_DRAIN_S)
+        self.links = PolicyLinks([policy.server] * n, [expect] * n, wake=wakeup.trigger)
         node.create_timer(config.control.period_s, self._on_tick, callback_group=callback_group)
 
     def start(self) -> None:

@@ -8,11 +8,13 @@ stop handlers before anything heavy is imported (see
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import time
 
 import rclpy
-from rclpy.executors import SingleThreadedExecutor
+from rclpy.context import Context
+from rclpy.executors import Executor, SingleThreadedExecutor
 
 from plugrl_ros import stop_request
 from plugrl_ros.node.bridge_node import BridgeNode
@@ -30,7 +32,30 @@ _TRANSIENT_FAULTS_ALLOWED = 20
 _TRANSIENT_FAULT_WINDOW_S = 10.0
 
 
-def spin_resiliently(executor: SingleThreadedExecutor, node: BridgeNode) -> None:
+# The executor: rclpy's EventsExecutor where this rclpy has it (Jazzy and later): it dispatches
+# from rcl's event callbacks in C++, where the SingleThreadedExecutor rebuilds and scans a wait
+# set in Python on every turn. PLUGRL_EXECUTOR=single picks the latter (a fallback, and the
+# benchmarks' comparison).
+EXECUTOR_VARIABLE = "PLUGRL_EXECUTOR"
+EXECUTORS = ("events", "single")
+
+
+def make_executor(choice: str | None = None, context: Context | None = None) -> Executor:
+    """The bridge's executor: ``choice`` (default: $PLUGRL_EXECUTOR, else events where rclpy has it)."""
+    choice = choice or os.environ.get(EXECUTOR_VARIABLE) or "events"
+    if choice not in EXECUTORS:
+        allowed = f"allowed: {' or '.join(EXECUTORS)} (the environment variable picking the rclpy executor)"
+        raise ConfigError(EXECUTOR_VARIABLE, choice, allowed)
+    if choice == "events":
+        try:
+            from rclpy.experimental import EventsExecutor
+        except ImportError:  # an rclpy older than Jazzy's
+            return SingleThreadedExecutor(context=context)
+        return EventsExecutor(context=context)
+    return SingleThreadedExecutor(context=context)
+
+
+def spin_resiliently(executor: Executor, node: BridgeNode) -> None:
     """One executor turn; a transient rclpy fault is logged and survived, a persistent one re-raised."""
     try:
         executor.spin_once(timeout_sec=0.1)
@@ -90,9 +115,10 @@ def main(args: list[str] | None = None) -> int:
     node: BridgeNode | None = None
     # Shut down explicitly before the context: an executor left to the garbage collector
     # destroys its guard condition after rclpy.shutdown and prints a traceback on the way out.
-    executor = SingleThreadedExecutor()
+    executor: Executor | None = None
     code = EXIT_OK
     try:
+        executor = make_executor()
         if stop_request.requested():
             return EXIT_OK  # stopped while starting: no actuator has been touched
         node = BridgeNode(command_line=sys.argv if args is None else args)
@@ -112,7 +138,8 @@ def main(args: list[str] | None = None) -> int:
     finally:
         if node is not None:
             node.shutdown_gracefully()
-        executor.shutdown()
+        if executor is not None:
+            executor.shutdown()
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()

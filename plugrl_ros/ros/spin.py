@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
@@ -20,9 +20,10 @@ def init_ros(args: list[str] | None) -> None:
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
 
 
-def spin_until_shutdown(node: Node) -> int:
-    """Spin ``node`` until Ctrl-C/SIGTERM or a ROS shutdown, then destroy it and shut ROS down; exit status 0."""
-    executor = SingleThreadedExecutor()
+def spin_until_shutdown(node: Node, executor: Executor | None = None) -> int:
+    """Spin ``node`` (on ``executor``, default a SingleThreadedExecutor) until Ctrl-C/SIGTERM or a ROS
+    shutdown, then destroy it and shut ROS down; exit status 0."""
+    executor = executor or SingleThreadedExecutor()
     executor.add_node(node)
     try:
         while not stop_request.requested() and rclpy.ok():

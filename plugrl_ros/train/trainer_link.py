@@ -1,9 +1,9 @@
-"""The trainer connection on its own asyncio thread, handed to the ROS executor through a guard condition.
+"""The trainer connection on its own asyncio thread, handed to the ROS executor through a wakeup.
 
 The websocket client must keep answering the trainer while ROS callbacks run,
 and the control loop must never wait on the network, so the client gets a
-thread and an event loop of its own. Its events are queued and a guard
-condition wakes the executor to deliver them in order; commands go the other
+thread and an event loop of its own. Its events are queued and a wakeup
+(:mod:`plugrl_ros.ros.wakeup`) has the executor deliver them in order; commands go the other
 way with ``call_soon_threadsafe``. Encoding (the heavy part of sending an
 observation) happens on the client's thread, off the control loop.
 """
@@ -20,6 +20,7 @@ from rclpy.node import Node
 
 from plugrl_ros.protocol.client import ClientSettings, CloseKind, Event, TrainerClient
 from plugrl_ros.protocol.connection import Outgoing
+from plugrl_ros.ros.wakeup import Wakeup
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Finished:
 
 LinkEvent = Event | Finished
 
+# A lost wakeup would leave an event here until the trainer's feedback timeout.
 _FALLBACK_DRAIN_S = 0.02
 
 
@@ -47,12 +49,7 @@ class TrainerLink:
     ) -> None:
         self._on_event = on_event
         self._events: deque[LinkEvent] = deque()
-        self._guard = node.create_guard_condition(self._deliver, callback_group=callback_group)
-        # A guard condition triggered from another thread can, rarely, fail to
-        # wake the executor (seen about once in 20,000 chunks): the event would
-        # then sit here until the trainer's feedback timeout. A slow timer
-        # drains whatever such a lost wakeup left behind.
-        node.create_timer(_FALLBACK_DRAIN_S, self._deliver, callback_group=callback_group)
+        self._wakeup = Wakeup(node, self._deliver, callback_group, _FALLBACK_DRAIN_S)
         self._loop = asyncio.new_event_loop()
         # asyncio primitives bind to a loop on first use, so the client may be
         # built here and run on the link thread.
@@ -77,7 +74,7 @@ class TrainerLink:
 
     def _emit(self, event: LinkEvent) -> None:
         self._events.append(event)
-        self._guard.trigger()
+        self._wakeup.trigger()
 
     def _deliver(self) -> None:
         while self._events:
