@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
-from harness import Child, Robot, TrainerThread, free_port, statuses, wait_until
+from harness import Child, Robot, TrainerThread, free_port, python_module, ros_env, statuses, wait_until
 from std_msgs.msg import Float64MultiArray
-from test_faults import probe_bridge_command, probe_robot, shown, trainer_settings, wait_for_actuators
+from test_faults import probe_bridge_command, probe_robot, shown, step_of, trainer_settings, wait_for_actuators
+from test_record_tools import wait_gone
 
-from plugrl_ros.record.read import array, labelled, read_all, values
+from plugrl_ros.record.export import EpisodeAssembler
+from plugrl_ros.record.read import RecordingReader, array, labelled, read_all, values
 
 pytestmark = [pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -88,7 +92,17 @@ def test_a_recorded_probe_run_holds_what_the_trainer_saw_and_sent_and_what_the_a
     connections = sorted({entry.connection for entry in transcript})
     assert connections == [1, 2], connections  # the resync, then the run to its stop
     assert max(c for c, _ in tagged) == 2
+    check_against_transcript(transcript, tagged)
 
+    # -- the resync's close dropped chunks, and the recording says which
+    closes = [values(rec.msg) for rec in records if rec.topic == "/plugrl/link/event" and rec.msg.message == "close"]
+    assert any(c.get("dropped_envs") for c in closes), closes
+    check_commands(records, commands)
+
+
+def check_against_transcript(transcript: list, tagged: list[tuple[int, object]]) -> None:
+    """Per connection and env: the observations the trainer received, the chunks it sent (each env's slice) and
+    the rewards fed back are the recorded ones (``tagged``: records by connection, numbered as the trainer's)."""
     # -- observations: what the trainer received, env by env in order (infers and feedbacks), per connection.
     # An infer after a non-terminal feedback carries that feedback's row again: the recorder records it once,
     # with the feedback (readers take the feedback's observation for such an infer).
@@ -115,7 +129,7 @@ def test_a_recorded_probe_run_holds_what_the_trainer_saw_and_sent_and_what_the_a
                 t_of[key] = float(array(rec.msg)[0])
             else:
                 got[key].append((parts[3], t_of.pop(key), tuple(array(rec.msg))))
-    assert len(sent) == 2 * N_ENVS
+    assert len(sent) == N_ENVS * len({entry.connection for entry in transcript})
     for key, observations in sent.items():
         assert_prefix(got[key], observations, f"connection {key[0]} env {key[1]} observations", tail=2)
 
@@ -159,11 +173,9 @@ def test_a_recorded_probe_run_holds_what_the_trainer_saw_and_sent_and_what_the_a
             sums[key], [round(r, 9) for r in rewards], f"connection {key[0]} env {key[1]} reward sums", tail=1
         )
 
-    # -- the resync's close dropped chunks, and the recording says which
-    closes = [values(rec.msg) for rec in records if rec.topic == "/plugrl/link/event" and rec.msg.message == "close"]
-    assert any(c.get("dropped_envs") for c in closes), closes
 
-    # -- what the actuators' subscribers received is what was recorded as commanded, in order
+def check_commands(records: list, commands: list[list[np.ndarray]]) -> None:
+    """What the actuators' subscribers received is what was recorded as commanded, in order."""
     for env in range(N_ENVS):
         commanded = [array(rec.msg).tolist() for rec in records if rec.topic.startswith(f"/plugrl/env{env}/command/")]
         heard = [c.tolist() for c in commands[env]]
@@ -232,3 +244,153 @@ def test_a_stopped_writer_drops_records_counted_on_diagnostics_while_the_robot_k
     for reader, _ in read_all(files):
         readers.append(reader)
     assert readers and readers[-1].complete, readers[-1].problem if readers else "empty"
+
+
+# -- a killed trainer, a killed bridge ----------------------------------------------------
+
+
+def test_a_trainer_killed_mid_chunk_leaves_the_break_on_record_and_no_transition_spans_it(tmp_path):
+    """SIGKILL the trainer while every robot runs a chunk; a second trainer takes over on the same port.
+
+    The recording says where the link broke (its close, the envs whose chunk it dropped and whose episode it
+    ended), what the second trainer saw equals what was recorded after the break, and no transition, chunk or
+    exported episode sums rewards from both sides of it.
+    """
+    horizon = 6
+    port = free_port()
+    uri = f"ws://127.0.0.1:{port}"
+    listener = Robot()
+    doomed = Child(
+        python_module(
+            "plugrl_ros.tools.test_trainer",
+            *("--port", str(port), "--script", "serve", "--horizon", str(horizon), "--n-envs", str(N_ENVS)),
+            *("--metadata-delay", "0.05"),
+        )
+    )
+    try:
+        heard = [listener.listen(Float64MultiArray, f"/probe{i}/action") for i in range(N_ENVS)]
+        with shown(doomed, "killed trainer"):
+            wait_until(lambda: "listening on" in doomed.output(), 20, "the first trainer listening")
+            command = probe_bridge_command(uri, N_ENVS, mode="timer", rate=20.0)
+            command += ["-p", f"record.path:={tmp_path}"]
+            with probe_robot(N_ENVS), shown(Child(command), "bridge") as bridge:
+                wait_for_actuators(listener, N_ENVS)
+
+                def mid_chunk() -> bool:  # timer mode at 20 Hz: a chunk of 6 takes 0.3 s
+                    msgs = heard[2].msgs()
+                    return len(msgs) >= 2 * horizon and step_of(msgs[-1]) == 2
+
+                wait_until(mid_chunk, 60, "probe2 in the middle of a chunk (step 2 of 6)")
+                doomed.proc.kill()  # SIGKILL: no close frame
+                doomed.wait(10)
+                wait_until(lambda: "cannot reach the trainer" in bridge.output(), 30, "the bridge retrying")
+                trainer = TrainerThread(
+                    trainer_settings(port=port, script=("stop",), horizon=horizon, n_envs=N_ENVS, keep_transcript=True)
+                )
+                trainer.start()
+                code = bridge.wait(90)
+                output = bridge.output()
+            report = trainer.report(30)
+    finally:
+        listener.close()
+    assert code == 0, output
+    assert report.failed == 0 and not report.incomplete, report.text() + output
+    files = sorted(tmp_path.glob("*.mcap"))
+    records, readers = [], []
+    for reader, recorded in read_all(files):
+        records.append(recorded)
+        readers.append(reader)
+    assert len(files) == 1 and readers[-1].complete, readers[-1].problem
+
+    # -- the break is on record: the close (lost: no close frame), the dropped chunks, the ended episodes
+    events = [(r.log_time, r.msg.message, values(r.msg)) for r in records if r.topic == "/plugrl/link/event"]
+    kinds = [kind for _, kind, _ in events]
+    assert kinds[:4] == ["connect", "metadata", "close", "connect"], kinds
+    t_break, _, close = events[2]
+    assert close["reason"].startswith("connection lost"), close
+    assert 2 in close["dropped_envs"], close  # probe2 was at step 2 of 6
+    # reset.on_start: a new connection starts fresh episodes (an env whose episode had just ended starts none)
+    assert 2 in close["restarted_envs"] and set(close["restarted_envs"]) <= set(range(N_ENVS)), close
+    unanswered = close.get("unanswered_envs", [])
+    assert set(unanswered) <= set(close["dropped_envs"]), close
+    for env in close["dropped_envs"]:
+        before = [r for r in records if env_of(r.topic) == env and r.log_time <= t_break]
+        last_chunk = max(i for i, r in enumerate(before) if r.topic.endswith("/action_chunk"))
+        fed_back = [r for r in before[last_chunk:] if "/feedback/" in r.topic]
+        if env in unanswered:  # its chunk was fed back; the request sent after it went unanswered
+            assert fed_back, f"env {env}: said to await an answer, but its last chunk was never fed back"
+        else:  # the chunk (or the feedback held for it) went with the connection: never fed back
+            assert not fed_back, f"env {env}: said to have lost its chunk, but it was fed back"
+
+    # -- after the break: what the second trainer saw and sent is what was recorded on connection 2
+    tagged = [(c - 1, rec) for c, rec in by_connection(records) if c >= 2]
+    check_against_transcript(list(report.transcript), tagged)
+
+    # -- no transition sums rewards across the break: after it, at most the step in flight reports (its reward
+    # goes nowhere), and every chunk's reward on connection 2 counts only its own steps (checked above)
+    for env in range(N_ENVS):
+        after = [r for c, r in tagged if env_of(r.topic) == env]
+        first_chunk = next(i for i, r in enumerate(after) if r.topic.endswith("/action_chunk"))
+        results = [r for r in after[:first_chunk] if r.topic.endswith("/step_result")]
+        assert len(results) <= 1, f"env {env}: {len(results)} step results between the break and the next chunk"
+    assembler = EpisodeAssembler()
+    episodes = [ep for rec in records for ep in assembler.feed(rec)] + list(assembler.finish())
+    assert episodes and assembler.abandoned >= 1, (len(episodes), assembler.abandoned)
+    for ep in episodes:
+        times = ep.arrays["step_t_ns"]
+        assert times.max() < t_break or times.min() > t_break, f"env {ep.env} episode {ep.index} spans the break"
+        assert ep.arrays["rewards"].sum() == pytest.approx(ep.arrays["step_rewards"].sum())
+        assert ep.arrays["episode_return"] == pytest.approx(ep.arrays["step_rewards"].sum())
+        assert int(ep.arrays["episode_length"]) == len(times)
+
+
+@pytest.mark.parametrize("killed", ["bridge", "bridge and writer"])
+def test_a_bridge_killed_mid_run_leaves_a_file_readable_up_to_its_last_complete_chunk(tmp_path, killed):
+    """SIGKILL the bridge mid-run: its writer process finishes the file; kill the writer too and the file
+    still reads, up to its last complete chunk (``record.flush_interval_s`` 0.2: chunks close often)."""
+    port = free_port()
+    trainer = TrainerThread(trainer_settings(port=port, script=("stop",), n_envs=2, feedbacks_per_connection=100_000))
+    listener = Robot()
+    try:
+        heard = [listener.listen(Float64MultiArray, f"/probe{i}/action") for i in range(2)]
+        command = probe_bridge_command(f"ws://127.0.0.1:{port}", 2, mode="timer", rate=50.0)
+        command += ["-p", f"record.path:={tmp_path}", "-p", "record.flush_interval_s:=0.2"]
+        # UDP only: a process killed outright leaves no shared-memory segments behind
+        with probe_robot(2), shown(Child(command, env=ros_env(FASTDDS_BUILTIN_TRANSPORTS="UDPv4")), "bridge") as bridge:
+            wait_for_actuators(listener, 2)
+            trainer.start()
+            wait_until(lambda: all(len(inbox) >= 50 for inbox in heard), 60, "both robots stepping")
+            writer = writer_process_of(bridge.proc.pid)
+            if killed == "bridge and writer":
+                os.kill(writer, signal.SIGKILL)
+            bridge.proc.kill()
+            assert bridge.wait(10) == -signal.SIGKILL
+            wait_gone(writer)  # its input ended: it finishes the file and exits (or it was killed)
+            steps_heard = min(len(inbox) for inbox in heard)
+        trainer.end()
+    finally:
+        listener.close()
+    files = sorted(tmp_path.glob("*.mcap"))
+    assert len(files) == 1, files
+    reader = RecordingReader(files[0])
+    records = list(reader)
+    if killed == "bridge":
+        assert reader.complete and not reader.problem  # the writer process finished it
+    else:
+        assert not reader.complete and "ends early" in reader.problem
+    steps = [r for r in records if r.topic.endswith("/step") and not labelled(r.msg)["idle"]]
+    # the file holds the run up to its last complete chunk: with 0.2 s chunks, most of the steps heard
+    assert len(steps) >= steps_heard, (len(steps), steps_heard)
+    assert any(r.topic.endswith("/action_chunk") for r in records)
+    sequences = sorted({r.sequence for r in records if r.topic != "/plugrl/recorder"})
+    assert sequences == list(range(1, len(sequences) + 1))  # a prefix of the run: nothing missing in between
+    info = subprocess.run(
+        [sys.executable, "-m", "plugrl_ros.record.info", str(files[0])],
+        env=ros_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert info.returncode == 0, info.stderr
+    assert ("(complete)" if killed == "bridge" else "(cut off)") in info.stdout

@@ -82,10 +82,11 @@ def recorded_deploy_run(tmp_path_factory):
         heard = robot.listen(Float64MultiArray, "cmd")
         params = merged(episodic_params(port), {"record": {"path": str(record_dir)}})
         with bridge(tmp_path, params) as child:
+            # judged by the bridge's own log: the robot reports an episode's end a tick before the bridge takes it
             wait_until(
-                lambda: episodic.finished_episodes() >= EPISODES and run.server.seen.answers > FAIL_AFTER + 2,
+                lambda: f"episode {EPISODES} terminated" in child.output() and run.server.seen.answers > FAIL_AFTER + 2,
                 180,
-                f"{EPISODES} episodes and answers after the server's failure",
+                f"{EPISODES} episodes ended and answers after the server's failure",
             )
         output = child.output()
         commands = [np.asarray(m.data, dtype=np.float64).tolist() for m in heard.msgs()]

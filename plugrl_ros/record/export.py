@@ -75,6 +75,8 @@ class _Env:
     obs_key: tuple[str, int] | None = None  # (sent_in, sequence) of the observation being gathered
     obs_parts: dict[str, Any] = field(default_factory=dict)
     pending_step: _Step | None = None
+    # a step in flight when a close ended the episode: its result, when it comes, belongs to no exported episode
+    detached: bool = False
     exported: int = 0
 
 
@@ -91,6 +93,7 @@ class EpisodeAssembler:
     def __init__(self) -> None:
         self.envs: dict[int, _Env] = {}
         self.unfinished = 0
+        self.abandoned = 0  # episodes a lost connection ended (the trainer forgot them): not exported
         self.skipped: list[str] = []
         self._last_seq = 0
 
@@ -105,11 +108,16 @@ class EpisodeAssembler:
         per_env = channels.split_env_topic(topic)
         if per_env is None:
             if topic == channels.LINK_EVENT_TOPIC and msg.message == "close":
-                for index in values(msg).get("dropped_envs", []):
+                closed = values(msg)
+                for index in closed.get("dropped_envs", []):
                     env = self.envs.get(int(index))
                     if env is not None and env.episode.chunks and not env.episode.chunks[-1].closed:
                         env.episode.chunks[-1].dropped = True
                         yield from self._maybe_close(env)
+                for index in closed.get("restarted_envs", []):
+                    env = self.envs.get(int(index))
+                    if env is not None:
+                        self._abandon(env)
             return
         index, rest = per_env
         env = self.envs.setdefault(index, _Env(index))
@@ -125,6 +133,7 @@ class EpisodeAssembler:
         yield from self._finish_obs(env)
         episode = env.episode
         if rest == "action_chunk":
+            env.detached = False  # a new chunk: a detached step has reported by now, or never will
             if episode.end is not None:  # its last chunk never got a feedback or a drop on record
                 yield from self._close(env)
                 episode = env.episode
@@ -144,6 +153,9 @@ class EpisodeAssembler:
             if env.pending_step is not None and env.pending_step.seq == seq:
                 env.pending_step.commanded[name] = array(msg).ravel()
         elif rest == "step_result":
+            if env.detached:
+                env.detached = False
+                return
             step, env.pending_step = env.pending_step, None
             if step is None or step.action is None:
                 episode.complete = False
@@ -164,6 +176,22 @@ class EpisodeAssembler:
                 yield from self._close(env)
             elif env.episode.steps:
                 self.unfinished += 1
+
+    def _abandon(self, env: _Env) -> None:
+        """A close ended ``env``'s episode before its end: the next connection starts a new one.
+
+        What the episode holds so far is not exported (it has no end), and it
+        never joins the next one: no exported episode spans a lost connection.
+        """
+        if env.episode.end is not None:
+            return  # it ended before the close; its last feedback is what the close may have dropped
+        if env.episode.steps:
+            self.abandoned += 1
+        env.episode = _Episode()
+        env.latest_obs = None
+        if env.pending_step is not None:
+            env.pending_step = None
+            env.detached = True
 
     def _finish_obs(self, env: _Env) -> Iterator[EpisodeArrays]:
         if env.obs_key is None:
@@ -320,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {written} episode(s) to {out_dir}"
         + (f" ({incomplete} marked incomplete: the recorder dropped calls during them)" if incomplete else "")
     )
+    if getattr(assembler, "abandoned", 0):
+        print(f"{assembler.abandoned} episode(s) were ended by a lost connection before their end (not exported)")
     if assembler.unfinished:
         exported = "exported with finished = false" if deploy else "not exported"
         print(f"{assembler.unfinished} episode(s) were still running when the recording ended ({exported})")

@@ -133,14 +133,28 @@ class TrainMode:
                 self.observer.link_event(self.robot.now_ns(), "connect", event.epoch, detail={"uri": event.uri})
             log.info(f"connected to the trainer at {event.uri} (connection {event.epoch})")
         elif isinstance(event, Disconnected):
+            begun = [env.episode_length > 0 for env in self.rollout.envs]
+            # an env that only awaited an answer lost its request, not a chunk or a feedback
+            asking = [env.index for env in self.rollout.envs if env.inferring and not env.holds_action]
             lost = self.rollout.on_disconnected(event.epoch)
             if self.observer is not None:
+                # the envs whose episode the close ended: the next connection starts them anew
+                restarted = [
+                    env.index
+                    for env, was in zip(self.rollout.envs, begun, strict=True)
+                    if was and (env.episode_length == 0 or env.restart_after_step)
+                ]
+                unanswered = [env for env in lost if env in asking]
+                detail = {"unanswered_envs": unanswered} if unanswered else {}
+                if restarted:
+                    detail["restarted_envs"] = restarted
                 self.observer.link_event(
                     self.robot.now_ns(),
                     "close",
                     event.epoch,
                     reason=f"{event.kind.value}: {event.detail}",
                     dropped_envs=lost,
+                    detail=detail,
                 )
             self.last_close = f"{event.kind.value}: {event.detail}"
             dropped = f"; dropped the chunks of env(s) {list(lost)}" if lost else ""
