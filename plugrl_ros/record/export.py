@@ -143,7 +143,8 @@ class EpisodeAssembler:
         elif rest == "step":
             fields = labelled(msg)
             if fields["idle"]:
-                env.pending_step = None
+                # an idle tick (a stale source, say) while a step is in flight does not end that step: its
+                # result still comes, and belongs to it
                 return
             chunk = episode.chunks[-1] if episode.chunks else None
             k = int(fields["chunk_step"])

@@ -133,7 +133,7 @@ class TrainMode:
                 self.observer.link_event(self.robot.now_ns(), "connect", event.epoch, detail={"uri": event.uri})
             log.info(f"connected to the trainer at {event.uri} (connection {event.epoch})")
         elif isinstance(event, Disconnected):
-            begun = [env.episode_length > 0 for env in self.rollout.envs]
+            begun = [env.episode_length > 0 or env.step_in_flight for env in self.rollout.envs]
             # an env that only awaited an answer lost its request, not a chunk or a feedback
             asking = [env.index for env in self.rollout.envs if env.inferring and not env.holds_action]
             lost = self.rollout.on_disconnected(event.epoch)
