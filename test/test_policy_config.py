@@ -27,7 +27,8 @@ def test_defaults_and_the_openpi_flat_key_layout():
     assert config.action_key == "actions" and (config.action_horizon, config.action_dim) == (0, 0)
     e = config.execution
     assert (e.mode, e.request_ahead_steps, e.ensemble_rate, e.crossfade_steps) == ("switch", None, 0.01, 5)
-    assert (e.initial_latency_s, e.max_latency_s) == (0.1, 5.0)
+    assert (e.initial_latency_s, e.max_latency_s, e.first_answer_s) == (0.1, 5.0, 300.0)
+    assert config.server.tcp_timeout_s == 20.0  # keepalive and TCP_USER_TIMEOUT on every connection
     image = np.zeros((2, 2, 3), np.uint8)
     request = config.layout.build({"images.front": image, "states.joints": np.ones(3), "text": "pick"})
     assert sorted(request) == ["observation/image", "observation/state", "prompt"]
@@ -47,12 +48,15 @@ def test_nested_maps_for_policies_that_read_them_and_a_flat_ros_parameter_file()
         "policy.execution.ensemble_rate": 0.2,
         "policy.action_horizon": 10,
         "policy.latency.max_s": 1.5,
+        "policy.latency.first_answer_s": 60.0,
+        "policy.tcp_timeout_s": 8.0,
     }
     config = load_policy_config(nest(flat)["policy"], SOURCES)
     request = config.layout.build({"images.front": 1, "images.wrist": 2, "states.joints": 3})
     assert request == {"images": {"cam_high": 1, "cam_wrist": 2}, "state": 3}
     assert config.execution.mode == "ensemble" and config.execution.request_ahead_steps == 8
     assert config.execution.ensemble_rate == 0.2 and config.execution.max_latency_s == 1.5
+    assert config.execution.first_answer_s == 60.0 and config.server.tcp_timeout_s == 8.0
     assert config.expectation(2).horizon == 10
 
 
@@ -86,6 +90,8 @@ def test_nested_maps_for_policies_that_read_them_and_a_flat_ros_parameter_file()
         ({"execution": {"rate": 1}}, "policy.execution.rate", "known keys"),
         ({"observations": {"a": {"b": {"c": {"d": "text"}}}}}, "policy.observations.a.b.c.d", "at most three levels"),
         ({"latency": {"max_s": 0}}, "policy.latency.max_s", "greater than 0"),
+        ({"latency": {"first_answer_s": 0}}, "policy.latency.first_answer_s", "greater than 0"),
+        ({"tcp_timeout_s": -1}, "policy.tcp_timeout_s", "at least 0"),
         ({"latency": {"initial_s": 2.0, "max_s": 1.0}}, "policy.latency.initial_s", "at most latency.max_s"),
         ({"reconnect_initial_s": 5.0, "reconnect_max_s": 1.0}, "policy.reconnect_max_s", ">= reconnect_initial_s"),
         ({"execution": "switch"}, "policy.execution", "a map of keys"),

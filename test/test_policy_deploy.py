@@ -158,13 +158,14 @@ def test_a_slow_server_holds_back_only_its_own_robot():
 def test_an_unanswered_request_is_abandoned_and_the_connection_reopened():
     server = Server("--latency", "5")
     try:
-        execution = ExecutionSettings(max_latency_s=0.3, initial_latency_s=0.1)
+        execution = ExecutionSettings(max_latency_s=0.3, first_answer_s=0.3, initial_latency_s=0.1)
         with Loop([server.settings()], execution) as loop:
             loop.run(lambda: sum(isinstance(e, PolicyConnected) for e in loop.events[0]) >= 2, max_ticks=3000)
     finally:
         server.stop()
     assert loop.robots[0].runner.stats().abandoned >= 1
-    assert any("no answer within 0.3 s" in e.detail for e in loop.events[0] if isinstance(e, PolicyDisconnected))
+    details = [e.detail for e in loop.events[0] if isinstance(e, PolicyDisconnected)]
+    assert any("no answer within 0.3 s (policy.latency.first_answer_s)" in d for d in details), details
     assert loop.moved(0) == []
 
 

@@ -230,7 +230,7 @@ def test_losing_the_link_idles_at_the_next_tick_and_a_late_answer_is_ignored():
 
 def test_an_overdue_request_is_abandoned_and_its_answer_ignored():
     clock = Clock()
-    runner = PolicyRunner(ExecutionSettings(max_latency_s=1.0), PERIOD, clock)
+    runner = PolicyRunner(ExecutionSettings(max_latency_s=1.0, first_answer_s=1.0), PERIOD, clock)
     runner.on_connected()
     runner.step()
     number = runner.requested()
@@ -242,6 +242,26 @@ def test_an_overdue_request_is_abandoned_and_its_answer_ignored():
     assert runner.on_chunk(number, np.ones((3, 1))) == "unknown"
     assert runner.stats().abandoned == 1
     assert runner.wants_request()
+
+
+def test_a_connection_s_first_answer_has_its_own_bound_and_later_ones_the_steady_bound():
+    clock = Clock()
+    runner = PolicyRunner(ExecutionSettings(max_latency_s=1.0, first_answer_s=30.0), PERIOD, clock)
+    for _ in range(2):  # on every connection: the first answer may be slow (a model compiling)
+        runner.on_connected()
+        runner.step()
+        assert runner.answer_bound() == (30.0, "latency.first_answer_s")
+        number = runner.requested()
+        clock.now += 20.0
+        assert not runner.request_overdue()
+        assert runner.on_chunk(number, np.ones((3, 1))) == "applied"
+        assert runner.answer_bound() == (1.0, "latency.max_s")
+        runner.step()
+        runner.requested()
+        clock.now += 1.1
+        assert runner.request_overdue()
+        runner.abandon()
+        runner.on_link_lost()
 
 
 def test_a_rejected_answer_frees_the_request_and_runs_nothing():

@@ -109,6 +109,13 @@ _POLICY: tuple[Spec, ...] = (
     Spec(
         "policy.open_timeout_s", "float", 10.0, "one connection attempt's timeout (and the metadata's)", positive=True
     ),
+    Spec(
+        "policy.tcp_timeout_s",
+        "float",
+        20.0,
+        "TCP keepalive and TCP_USER_TIMEOUT: the kernel drops a server silent this long (0 = OS defaults)",
+        minimum=0.0,
+    ),
     Spec("policy.max_frame_mb", "float", 0.0, "refuse larger answers (0 = any size)", minimum=0.0),
     Spec("policy.observations.<name>", "str", REQUIRED, _POLICY_SOURCE),
     Spec("policy.observations.<name>.<part>", "str", REQUIRED, _POLICY_SOURCE),
@@ -134,7 +141,20 @@ _POLICY: tuple[Spec, ...] = (
     Spec("policy.execution.ensemble_rate", "float", 0.01, "ensemble weights exp(-rate * i), i = 0 the oldest"),
     Spec("policy.execution.crossfade_steps", "int", 5, "ticks a crossfade takes", minimum=1),
     Spec("policy.latency.initial_s", "float", 0.1, "request latency assumed until one is measured", minimum=0.0),
-    Spec("policy.latency.max_s", "float", 5.0, "a request unanswered this long: reconnect", positive=True),
+    Spec(
+        "policy.latency.max_s",
+        "float",
+        5.0,
+        "after a connection's first answer, a request unanswered this long: the link is dead, reconnect",
+        positive=True,
+    ),
+    Spec(
+        "policy.latency.first_answer_s",
+        "float",
+        300.0,
+        "a connection's first request unanswered this long: the link is dead (a model may be compiling)",
+        positive=True,
+    ),
 )
 
 

@@ -27,7 +27,9 @@ must look like, and how chunks are executed.
         crossfade_steps: 5
       latency:
         initial_s: 0.1           # assumed until the first answer is measured
-        max_s: 5.0               # an answer later than this: reconnect
+        max_s: 5.0               # an answer later than this: the link is dead, reconnect
+        first_answer_s: 300.0    # the same for a connection's first answer (a model may compile)
+      tcp_timeout_s: 20.0        # TCP keepalive / TCP_USER_TIMEOUT (0 = the OS defaults)
 
 Every key's type, default and range is declared in the bridge's table
 (:mod:`plugrl_ros.params.declarations`; :data:`POLICY_SPECS` is its policy part)
@@ -96,6 +98,7 @@ def load_policy_config(
         reconnect_initial_s=s.float("reconnect_initial_s"),
         reconnect_max_s=s.float("reconnect_max_s"),
         open_timeout_s=s.float("open_timeout_s"),
+        tcp_timeout_s=s.float("tcp_timeout_s"),
         max_frame_bytes=int(s.float("max_frame_mb") * 2**20) or None,
     )
     if server.reconnect_max_s < server.reconnect_initial_s:
@@ -171,6 +174,7 @@ def _execution(s: Section, latency: Section, horizon: int) -> ExecutionSettings:
         )
     initial = latency.float("initial_s")
     maximum = latency.float("max_s")
+    first = latency.float("first_answer_s")
     if initial > maximum:
         raise ConfigError(latency.key("initial_s"), initial, f"must be at most latency.max_s ({maximum:g})")
     settings = ExecutionSettings(
@@ -180,6 +184,7 @@ def _execution(s: Section, latency: Section, horizon: int) -> ExecutionSettings:
         crossfade_steps=s.int("crossfade_steps"),
         initial_latency_s=initial,
         max_latency_s=maximum,
+        first_answer_s=first,
     )
     s.finish()
     latency.finish()

@@ -122,10 +122,11 @@ class DeployRobot:
         action = self.runner.step()
         if self.epoch is not None and self.runner.request_overdue():
             # the server holds the only request this connection may have: reconnect
+            bound, setting = self.runner.answer_bound()
             epoch, self.epoch = self.epoch, None
             self.runner.abandon()
             self.runner.on_link_lost()
-            why = f"no answer within {self.runner.settings.max_latency_s:g} s"
+            why = f"no answer within {bound:g} s (policy.{setting}): the link is dead"
             return Tick(action, abort=(epoch, why))
         if self.epoch is None or not self.runner.wants_request():
             return Tick(action)

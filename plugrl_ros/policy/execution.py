@@ -49,6 +49,8 @@ class ExecutionSettings:
     crossfade_steps: int = 5
     initial_latency_s: float = 0.1  # assumed before the first answer is measured
     max_latency_s: float = 5.0  # a request unanswered this long is abandoned (the link should reconnect)
+    # the first answer on a connection may be slow for good reasons (a model compiling): its own bound
+    first_answer_s: float = 300.0
     latency_window: int = 100  # answers the latency statistics (and the automatic threshold) look back on
 
     def __post_init__(self) -> None:
@@ -57,6 +59,7 @@ class ExecutionSettings:
         assert np.isfinite(self.ensemble_rate)
         assert self.crossfade_steps >= 1
         assert 0 <= self.initial_latency_s <= self.max_latency_s and self.max_latency_s > 0
+        assert self.first_answer_s > 0
         assert self.latency_window >= 1
 
 

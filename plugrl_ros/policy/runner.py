@@ -79,6 +79,7 @@ class PolicyRunner:
         self.outcome = ""  # what became of the last answer (on_chunk's result)
         self.first_row: int | None = None  # the row the last applied chunk starts from (its alignment)
         self._ran = False  # a chunk has run on this connection: idling now is at a boundary
+        self._answered = False  # an answer came on this connection: later ones have the steady bound
         self._latency = LatencyWindow(settings.latency_window)
         self._rate = RateWindow()
         self._counts = dict.fromkeys(
@@ -164,10 +165,20 @@ class PolicyRunner:
         """Whether anything is planned: a chunk with steps left, or a request awaiting its answer."""
         return self._pending is not None or any(c.last_tick > self.tick for c in self._chunks)
 
+    def answer_bound(self) -> tuple[float, str]:
+        """How long the outstanding request may go unanswered, and the setting that says so.
+
+        A connection's first answer may be slow for good reasons (a model
+        compiling): ``first_answer_s``; every later one ``max_latency_s``.
+        """
+        if self._answered:
+            return self.settings.max_latency_s, "latency.max_s"
+        return self.settings.first_answer_s, "latency.first_answer_s"
+
     def request_overdue(self) -> bool:
-        """The outstanding request has gone unanswered longer than ``max_latency_s``: abort the link."""
+        """The outstanding request has gone unanswered longer than :meth:`answer_bound`: abort the link."""
         pending = self._pending
-        return pending is not None and self._clock() - pending.sent_at > self.settings.max_latency_s
+        return pending is not None and self._clock() - pending.sent_at > self.answer_bound()[0]
 
     # -- answers and the link ------------------------------------------------------
 
@@ -186,6 +197,7 @@ class PolicyRunner:
         if pending is None or pending.number != number:
             return "unknown"  # a request the link lost or we abandoned
         self._pending = None
+        self._answered = True
         self._latency.add(self._clock() - pending.sent_at)
         assert actions.ndim == 2 and actions.shape[0] >= 1
         if self._discard == number:
@@ -218,6 +230,7 @@ class PolicyRunner:
         """The answer to request ``number`` broke the contract: nothing of it runs; the next request may go."""
         if self._pending is not None and self._pending.number == number:
             self._pending = None
+            self._answered = True  # the link carried an answer, if a wrong one
             self._counts["rejected"] += 1
 
     def abandon(self) -> None:
@@ -243,6 +256,7 @@ class PolicyRunner:
 
     def on_connected(self) -> None:
         self.connected = True
+        self._answered = False
 
     def on_link_lost(self) -> None:
         """The connection ended: forget its request and drop every chunk (idle from the next tick)."""

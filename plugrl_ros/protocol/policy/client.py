@@ -3,7 +3,10 @@
 It moves frames; the contract's rules live in :class:`PolicySession`. The
 transport is the trainer link's (:func:`plugrl_ros.protocol.client.connect_options`):
 no compression, no frame-size cap, the optional ``Authorization: Api-Key``
-header from an environment variable, ``wss://`` with a CA file. What differs
+header from an environment variable, ``wss://`` with a CA file, TCP keepalive
+and ``TCP_USER_TIMEOUT`` (``tcp_timeout_s``). How long an answer may take is
+judged by its consumer (deploy mode's runner), which aborts the
+connection through :meth:`PolicyClient.abort`. What differs
 is what a failure means: a policy server that raises sends its traceback as
 a text frame and closes with 1011. That is not fatal here, as it is from a
 trainer: the traceback is reported (it is the operator's only clue), and the
@@ -34,6 +37,7 @@ from plugrl_ros.protocol.client import (
     connect_options,
     describe,
     is_loopback,
+    set_tcp_timeout,
 )
 from plugrl_ros.protocol.errors import ProtocolError
 from plugrl_ros.protocol.policy.session import Chunk, Expectation, Phase, PolicySession, ServerMetadata
@@ -169,6 +173,7 @@ class PolicyClient:
                 self._emit(ConnectFailed(describe(exc), delay))
                 await self._sleep(delay)
                 continue
+            set_tcp_timeout(ws, self._settings.tcp_timeout_s)  # a server that vanished silently is noticed
             self._epoch += 1
             self._session = PolicySession(self._expect)
             self._abort_detail = None
