@@ -55,8 +55,18 @@ class Relay:
     ``± jitter`` (a fraction) of the mean, and order on a stream is kept.
     """
 
-    def __init__(self, target_host: str, target_port: int, rtt_s: float = 0.0, jitter: float = 0.0, seed: int = 0):
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        rtt_s: float = 0.0,
+        jitter: float = 0.0,
+        seed: int = 0,
+        upstream_netns: str | None = None,
+    ):
+        """``upstream_netns``: open the connections to ``target`` from that namespace (see :class:`NetnsLink`)."""
         self._target = (target_host, target_port)
+        self._upstream_netns = upstream_netns
         self.rtt_s = rtt_s
         self.jitter = jitter
         self._rng = random.Random(seed)
@@ -132,6 +142,10 @@ class Relay:
         self._open.set()
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
+        if self._upstream_netns is not None:
+            # the listener stays on this namespace's loopback; every socket made from now on, on this
+            # thread (the relay's connections to the target), is made in the other one
+            enter_netns(self._upstream_netns)
         return self.port
 
     async def _stop(self) -> None:
@@ -254,6 +268,37 @@ class _Pair:
 # -- namespaces -----------------------------------------------------------------
 
 
+NETNS_PREFIX = "plugrl-net-"
+
+
+def enter_netns(name: str) -> None:
+    """Move the calling thread (and threads it starts later) into network namespace ``name``."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    target = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(target, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into the namespace {name} failed")
+    finally:
+        os.close(target)
+
+
+def _our_name(kind: str) -> str:
+    """A namespace name no other run can hold: this process's id and a random tag."""
+    return f"{NETNS_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}-{kind}"
+
+
+def remove_orphaned_namespaces() -> None:
+    """Remove namespaces of ours whose process is gone (a run killed before its cleanup); never a live run's."""
+    listed = subprocess.run(["ip", "netns", "list"], check=False, capture_output=True, text=True)
+    for line in listed.stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if not name.startswith(NETNS_PREFIX):
+            continue
+        owner = name[len(NETNS_PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+
+
 def netns_unavailable() -> str | None:
     """Why :class:`NetnsLink` cannot run here, or None."""
     if os.geteuid() != 0:
@@ -261,7 +306,8 @@ def netns_unavailable() -> str | None:
     for tool in ("ip", "iptables", "tc"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (Debian: apt-get install iproute2 iptables)"
-    probe = f"plugrl-net-probe-{uuid.uuid4().hex[:8]}"
+    remove_orphaned_namespaces()
+    probe = _our_name("probe")
     made = subprocess.run(["ip", "netns", "add", probe], check=False, capture_output=True, text=True)
     if made.returncode != 0:
         return f"cannot create a network namespace: {made.stderr.strip()}"
@@ -313,14 +359,16 @@ class NetnsLink:
     TRAINER_ADDR = "169.254.77.2"
 
     def __init__(self) -> None:
-        tag = uuid.uuid4().hex[:6]
-        self.robot = f"plugrl-net-{tag}-r"
-        self.trainer = f"plugrl-net-{tag}-t"
-        self._veth_r = f"pn{tag}r"
-        self._veth_t = f"pn{tag}t"
+        # namespace names are global: ours carry the process id and a random tag (and an orphan of a
+        # killed run is removed by the next); the veth pair lives only inside them, so its names are free
+        self.robot = _our_name("r")
+        self.trainer = self.robot[:-1] + "t"
+        self._veth_r = "plugrl-r"
+        self._veth_t = "plugrl-t"
 
     def __enter__(self) -> NetnsLink:
         try:
+            remove_orphaned_namespaces()
             _run("ip", "netns", "add", self.robot)
             _run("ip", "netns", "add", self.trainer)
             _run(
@@ -408,6 +456,16 @@ class NetnsLink:
     def heal(self) -> None:
         self._iptables("-D", "INPUT", "-i", self._veth_r, "-j", "DROP")
         self._iptables("-D", "OUTPUT", "-o", self._veth_r, "-j", "DROP")
+
+    def trainer_connections(self, port: int) -> int:
+        """Established TCP connections to ``port`` in the trainer's namespace (as its kernel sees them)."""
+        done = subprocess.run(
+            ["ip", "netns", "exec", self.trainer, "ss", "-Htn", "state", "established", f"( sport = :{port} )"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return len(done.stdout.splitlines())
 
     def cap(self, rate_mbit: float) -> None:
         """Cap the robot's uplink (robot -> trainer) with a token bucket."""
