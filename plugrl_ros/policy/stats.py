@@ -16,7 +16,7 @@ class PolicyStats:
     chunks: int  # answers applied (or kept for later ticks)
     stale_dropped: int  # answers that came too late for any of their steps
     rejected: int  # answers that broke the contract
-    abandoned: int  # requests given up on after max_latency_s
+    abandoned: int  # requests given up on after their answer bound (latency.first_answer_s, then max_s)
     idle_steps: int  # ticks with no action left while the link was up and a chunk had run
     waiting_steps: int  # ticks with no action before the first chunk of a connection
     steps: int  # ticks with an action
