@@ -407,8 +407,18 @@ def test_deploy_mode_runs_smoothly_across_a_delayed_jittery_link(policy_relayed,
         f"from the third chunk on ({sum(item is None for _, item in items[first:third])} before it)"
     )
     assert output.count("connected to the policy server") == 1, output  # no dead-link false alarm
-    # generous: a sync robot would idle a round trip per chunk (4-23 % here); request-ahead next to none
-    assert idle <= 0.05 * len(after), (idle, len(after))
+    # a sync robot idles a round trip at every chunk boundary; request-ahead at next to none (a
+    # loaded machine may deliver an answer late now and then: generous)
+    boundaries, idle_boundaries, previous, gap = 0, 0, None, False
+    for _, item in after:
+        if item is None:
+            gap = True
+            continue
+        if previous is not None and item[0] != previous:
+            boundaries += 1
+            idle_boundaries += gap
+        previous, gap = item[0], False
+    assert boundaries >= 4 and idle_boundaries <= boundaries // 2, (idle_boundaries, boundaries, idle)
 
 
 def assert_idle_from_the_loss_until_the_link_is_back(items: list, cut_at: int, lost_at: int, back_at: int) -> int:
