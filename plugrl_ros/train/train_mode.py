@@ -259,9 +259,10 @@ class TrainMode:
         if self.rollout.step_in_flight(env):
             if not io.step_complete():
                 return
-            self._evaluate(io, self.robot.now_ns(), stale=False)
+            now_ns = self.robot.now_ns()
+            self._evaluate(io, now_ns, stale=False)
             self._advance_resets()
-            self._poll()
+            self._poll(now_ns)
             self._step(env)
         elif self.rollout.envs[env].idle and self.rollout.connected:
             self._poll()
@@ -356,10 +357,12 @@ class TrainMode:
                 captured[env] = row
             return row
 
-        inferring = [e.inferring for e in self.rollout.envs]
-        pending = [e.pending for e in self.rollout.envs]  # what a feedback sent now carries
+        rollout_envs = self.rollout.envs
+        # (per step in lockstep: only what is used is gathered)
+        inferring = None if self.lockstep else [e.inferring for e in rollout_envs]
+        pending = None if self.observer is None else [e.pending for e in rollout_envs]  # what a feedback carries
         outgoing = self.rollout.poll(capture)
-        if self.observer is not None:
+        if pending is not None:
             self._observe_sent(now_ns, outgoing, captured, pending)
         # Each captured observation starts a chunk: its rewards and done flags count from it.
         # (No message is handled between the capture and here: one executor thread.)
@@ -369,9 +372,10 @@ class TrainMode:
             self.link.send(self.rollout.epoch, message)
             envs = list(message.env_indices)
             self._node.get_logger().debug(f"connection {self.rollout.epoch}: {message.kind}, env(s) {envs}")
-        for env, before in zip(self.rollout.envs, inferring):
-            if env.inferring and not before:
-                self._steps.asked(env.index)
+        if inferring is not None:  # timer mode: a step is due when its chunk's answer is awaited
+            for env, before in zip(rollout_envs, inferring):
+                if env.inferring and not before:
+                    self._steps.asked(env.index)
         if self.rollout.reopen_reason is not None:
             self._node.get_logger().warning(f"{self.rollout.reopen_reason}; reopening the trainer connection")
             self.link.abort(self.rollout.epoch, self.rollout.reopen_reason, code=1000)
