@@ -14,7 +14,9 @@ Three clients step the probe environment (docs/protocol.md) against the same
   plain Python loop;
 * ros-floor: ``ros_lockstep_client.py``, the probe robot stepped by a bare
   rclpy node with no trainer: the bound that rclpy and DDS put on any ROS
-  client of the probe robot.
+  client of the probe robot. On the bridge's executor (the EventsExecutor);
+  ``ros-floor-single`` and ``bridge-single`` run both on rclpy's
+  SingleThreadedExecutor, for the comparison.
 
 Steps are counted by the trainer from the probe's ``t`` in each feedback,
 over a steady-state window. Also reported: bytes on the wire per env step
@@ -114,24 +116,28 @@ def tables(results: dict[str, Any]) -> str:
     rows = results["rows"]
     base = {r["n"]: r["steps_per_s"] for r in rows if r["kind"] == "baseline"}
     floor = {r["n"]: r["steps_per_s"] for r in rows if r["kind"] == "ros-floor"}
+    floor_single = {r["n"]: r["steps_per_s"] for r in rows if r["kind"] == "ros-floor-single"}
     head = (
-        "client", "n", "reuse", "env steps/s", "vs baseline", "vs ROS floor", "wire B/step", "CPU % (all)",
-        "client RSS MB", "client CPU µs/step",
+        "client", "n", "reuse", "env steps/s", "vs baseline", "vs ROS floor", "vs floor (single)", "wire B/step",
+        "CPU % (all)", "client RSS MB", "client CPU µs/step",
     )  # fmt: skip
     body = []
     for r in rows:
         ratio = r["steps_per_s"] / base[r["n"]] if r["n"] in base else float("nan")
-        ros = r["steps_per_s"] / floor[r["n"]] if r["n"] in floor and r["kind"] == "bridge" else float("nan")
+        bridge = r["kind"].startswith("bridge")
+        ros = r["steps_per_s"] / floor[r["n"]] if r["n"] in floor and bridge else float("nan")
+        single = r["steps_per_s"] / floor_single[r["n"]] if r["n"] in floor_single and bridge else float("nan")
         cpu_per_step = r["process"]["cpu_percent"] / 100 / r["steps_per_s"] if r["steps_per_s"] else float("nan")
         wire = r["bytes_per_step"]
         body.append(
             (
                 r["kind"],
                 r["n"],
-                "-" if r["kind"] in ("ros-floor", "baseline") else "on" if r["reuse"] else "off",
+                "-" if r["kind"].startswith("ros-floor") or r["kind"] == "baseline" else "on" if r["reuse"] else "off",
                 f"{r['steps_per_s']:,.0f}",
                 common.fmt_ratio(ratio),
                 common.fmt_ratio(ros),
+                common.fmt_ratio(single),
                 "-" if wire != wire else f"{wire:,.0f}",
                 f"{r['cpu_percent_all']:.0f}",
                 f"{r['process']['rss_mb']:.0f}",
@@ -143,9 +149,11 @@ def tables(results: dict[str, Any]) -> str:
         "processes, CPU % summed over both)"
     )
     note = (
-        "\n\nros-floor = the probe robot stepped by a bare rclpy node (no trainer, no bridge logic): the most an "
-        "rclpy client of the probe robot reaches here. client CPU µs/step = CPU of the client process alone "
-        "(for the bridge: the bridge, not the robot) per env step. The baseline sends no reuse."
+        "\n\nros-floor = the probe robot stepped by a bare rclpy node (no trainer, no bridge logic) on the "
+        "bridge's executor (the EventsExecutor): the most an rclpy client of the probe robot reaches here; "
+        "-single: the same node and the bridge on the SingleThreadedExecutor. The floor has no trainer: the "
+        "bridge's ratio includes the trainer round trip of every chunk. client CPU µs/step = CPU of the client "
+        "process alone (for the bridge: the bridge, not the robot) per env step. The baseline sends no reuse."
     )
     return title + "\n\n" + common.md_table(head, body) + note
 
@@ -159,7 +167,8 @@ def main() -> int:
         runs = [("baseline", 2, True), ("headless", 2, True), ("ros-floor", 2, True), ("bridge", 2, True)]
         seconds, warmup = 1.5, 0.5
     else:
-        runs = [(kind, n, True) for n in ENV_COUNTS for kind in ("baseline", "headless", "ros-floor", "bridge")]
+        kinds = ("baseline", "headless", "ros-floor", "ros-floor-single", "bridge", "bridge-single")
+        runs = [(kind, n, True) for n in ENV_COUNTS for kind in kinds]
         runs.append(("bridge", 4, False))
         seconds, warmup = args.seconds, 3.0
     rows = [run_one(kind, n, reuse, seconds, warmup) for kind, n, reuse in runs]
