@@ -8,6 +8,7 @@ stop handlers before anything heavy is imported (see
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import os
 import sys
 import time
@@ -32,17 +33,30 @@ _TRANSIENT_FAULTS_ALLOWED = 20
 _TRANSIENT_FAULT_WINDOW_S = 10.0
 
 
-# The executor: rclpy's EventsExecutor where this rclpy has it (Jazzy and later): it dispatches
-# from rcl's event callbacks in C++, where the SingleThreadedExecutor rebuilds and scans a wait
-# set in Python on every turn. PLUGRL_EXECUTOR=single picks the latter (a fallback, and the
-# benchmarks' comparison).
+# The executor: rclpy's EventsExecutor from Kilted's rclpy (9.x) on: it dispatches from rcl's event
+# callbacks in C++, where the SingleThreadedExecutor rebuilds and scans a wait set in Python on every
+# turn (half the bridge's CPU per lockstep step). Jazzy's rclpy (7.x) has one too, but its timers did
+# not follow a simulated clock (use_sim_time: the control loop ticked while /clock stood still) and
+# it aborted a bridge at exit once ("terminate called without an active exception"): Jazzy and
+# anything not known keep the SingleThreadedExecutor. PLUGRL_EXECUTOR=single|events overrides.
 EXECUTOR_VARIABLE = "PLUGRL_EXECUTOR"
 EXECUTORS = ("events", "single")
+_OLDER_DISTROS = ("foxy", "galactic", "humble", "iron", "jazzy")
+
+
+def default_executor() -> str:
+    """``events`` where this rclpy's EventsExecutor is known to serve the bridge (Kilted on), else ``single``."""
+    try:
+        major = int(importlib.metadata.version("rclpy").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):  # a ROS install without pip metadata
+        distro = os.environ.get("ROS_DISTRO", "")
+        return "events" if distro and distro not in _OLDER_DISTROS else "single"
+    return "events" if major >= 9 else "single"
 
 
 def make_executor(choice: str | None = None, context: Context | None = None) -> Executor:
-    """The bridge's executor: ``choice`` (default: $PLUGRL_EXECUTOR, else events where rclpy has it)."""
-    choice = choice or os.environ.get(EXECUTOR_VARIABLE) or "events"
+    """The bridge's executor: ``choice`` (default: $PLUGRL_EXECUTOR, else :func:`default_executor`)."""
+    choice = choice or os.environ.get(EXECUTOR_VARIABLE) or default_executor()
     if choice not in EXECUTORS:
         allowed = f"allowed: {' or '.join(EXECUTORS)} (the environment variable picking the rclpy executor)"
         raise ConfigError(EXECUTOR_VARIABLE, choice, allowed)
