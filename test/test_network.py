@@ -363,7 +363,10 @@ def assert_each_row_on_its_own_tick(items: list) -> None:
         if item is not None:
             lags.setdefault(item[0], set()).add(n - (item[2] + item[1]))
     assert lags and all(len(seen) == 1 for seen in lags.values()), lags
-    assert min(lag for seen in lags.values() for lag in seen) >= 0, lags  # never early
+    # The first chunk is not judged for earliness: commands the bridge published before DDS matched the
+    # robot's subscriber were lost (seen on the Jazzy wheels: 5-16), so the robot's count lags behind.
+    later = [lag for chunk, seen in lags.items() if chunk != min(lags) for lag in seen]
+    assert later and min(later) >= 0, lags  # never early
 
 
 @pytest.fixture
