@@ -108,19 +108,22 @@ def _data(buf: bytes, pos: int, u32: struct.Struct) -> memoryview | None:
     return memoryview(buf)[pos:end]
 
 
-def _order(buf: bytes) -> str | None:
-    return _ORDERS.get(buf[:_ORIGIN]) if len(buf) >= _STAMP_END else None
-
-
-def parse_image(buf: bytes) -> ImageView | None:
-    """A serialized sensor_msgs/Image as an :class:`ImageView`, or None if it is not the plain layout."""
-    order = _order(buf)
+def _after_header(buf: bytes) -> tuple[str, struct.Struct, int] | None:
+    """The byte order, its uint32 reader and the position after the std_msgs/Header; None if not plain CDR."""
+    order = _ORDERS.get(buf[:_ORIGIN]) if len(buf) >= _STAMP_END else None
     if order is None:
         return None
     u32 = _U32[order]
     pos = _skip_string(buf, _STAMP_END, u32)  # header.frame_id
-    if pos < 0:
+    return None if pos < 0 else (order, u32, pos)
+
+
+def parse_image(buf: bytes) -> ImageView | None:
+    """A serialized sensor_msgs/Image as an :class:`ImageView`, or None if it is not the plain layout."""
+    header = _after_header(buf)
+    if header is None:
         return None
+    order, u32, pos = header
     pos = _aligned(pos)
     if pos + 8 > len(buf):
         return None
@@ -141,13 +144,10 @@ def parse_image(buf: bytes) -> ImageView | None:
 
 def parse_compressed_image(buf: bytes) -> CompressedImageView | None:
     """A serialized sensor_msgs/CompressedImage as a :class:`CompressedImageView`, or None if it is not plain."""
-    order = _order(buf)
-    if order is None:
+    header = _after_header(buf)
+    if header is None:
         return None
-    u32 = _U32[order]
-    pos = _skip_string(buf, _STAMP_END, u32)  # header.frame_id
-    if pos < 0:
-        return None
+    _, u32, pos = header
     format_, pos = _string(buf, pos, u32)
     if format_ is None:
         return None
