@@ -138,6 +138,7 @@ class Pipeline:
     def __init__(self, node: Any, image_case: str, n: int, variant: str, pool: Any) -> None:
         from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
         from rclpy.serialization import serialize_message
+        from sensor_msgs.msg import JointState
 
         from plugrl_ros.protocol.codec import packb
         from plugrl_ros.robot.env_io import EnvIO, ShapeGuard
@@ -166,6 +167,13 @@ class Pipeline:
             for i, ns in enumerate(config.envs)
         ]
         callbacks = {s.topic_name: s for s in node.subscriptions if s not in before}
+        # each robot's driver: the bridge observes only while its actuators have a subscriber
+        self.drivers = [
+            node.create_subscription(JointState, f"/robot{i}/arm_cmd", lambda msg: None, 10) for i in range(n)
+        ]
+        deadline = time.monotonic() + 10.0
+        while any(getattr(io_, "unheard_actuators", list)() for io_ in self.ios) and time.monotonic() < deadline:
+            time.sleep(0.01)
         # (cdr bytes, message type or None for a raw subscription, callback) for every message of one step
         self.deliveries: list[tuple[Any, type | None, Callable[[Any], None]]] = []
         for i in range(n):

@@ -4,9 +4,11 @@ Run: ``python bench/sensor_node.py --envs N [--camera raw640|raw224|jpeg640] [--
 
 Env i publishes under ``robot<i>``: ``cam0/image`` and ``cam1/image``
 (sensor_msgs/Image rgb8, or ``.../image/compressed`` JPEG CompressedImage)
-and ``joint_states``. The messages are serialized once at startup and
-published as bytes, so this node costs little CPU next to the bridge it
-feeds.
+and ``joint_states``, and listens to ``arm_cmd`` as a robot's driver would
+(the bridge starts no chunk before its actuators have a subscriber). The
+messages are serialized once at startup and published as bytes, and the
+commands are taken serialized and dropped, so this node costs little CPU
+next to the bridge it feeds.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from plugrl_ros.ros.spin import spin_until_shutdown
 
 
+def _drop(_: bytes) -> None:
+    pass
+
+
 class SensorNode(Node):
     def __init__(self, envs: int, camera: str, camera_hz: float, joints_hz: float) -> None:
         super().__init__("plugrl_bench_sensors")
@@ -43,6 +49,7 @@ class SensorNode(Node):
                     self._cameras.append((publisher, frames))
             publisher = self.create_publisher(JointState, f"robot{i}/joint_states", qos_profile_sensor_data)
             self._joints.append((publisher, serialize_message(joint_message(i))))
+            self.create_subscription(JointState, f"robot{i}/arm_cmd", _drop, 10, raw=True)
         self._frame = 0
         if self._cameras:
             self.create_timer(1.0 / camera_hz, self._publish_cameras)

@@ -422,8 +422,16 @@ def env_status(msg: DiagnosticArray, index: int) -> tuple[int, str, dict[str, st
 def first_diag(
     inbox: Inbox, predicate: Callable[[DiagnosticArray], bool], timeout: float, what: str, since: float = -math.inf
 ) -> tuple[float, DiagnosticArray]:
-    """The arrival time and content of the first /diagnostics message after ``since`` satisfying ``predicate``."""
-    return wait_until(lambda: next(((t, m) for t, m in inbox.timed(since) if predicate(m)), None), timeout, what)
+    """The arrival time and content of the first /diagnostics message after ``since`` satisfying ``predicate``.
+
+    On a timeout the error shows what the last message said (or that none came), the only clue to why.
+    """
+    try:
+        return wait_until(lambda: next(((t, m) for t, m in inbox.timed(since) if predicate(m)), None), timeout, what)
+    except AssertionError as exc:
+        received = inbox.msgs(since)
+        last = {name: status[:2] for name, status in statuses(received[-1]).items()} if received else "none received"
+        raise AssertionError(f"{exc}; {len(received)} /diagnostics messages, the last: {last}") from None
 
 
 OK, WARN = 0, 1

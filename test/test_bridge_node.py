@@ -606,6 +606,7 @@ def test_diagnostics_report_the_uplink_bytes_per_env_step(tmp_path, robot):
         "actions": {"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1], "idle": "none"}},
     }
     robot.stream(Float64MultiArray, "/state", float_state(1.0))
+    robot.listen(Float64MultiArray, "/cmd")  # its driver: no chunk starts before the actuator has a subscriber
     diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
 
     def per_step(msg: DiagnosticArray) -> str:
@@ -935,6 +936,7 @@ def test_a_missing_reset_service_is_reported_called_as_soon_as_it_appears_and_ba
         "reset": {"mode": "service", "timeout_s": 1.0, "retry_initial_s": 0.1, "retry_max_s": 1.0},
     }
     robot.stream(Float64MultiArray, "/state", float_state(0.0))
+    robot.listen(Float64MultiArray, "/cmd")  # its driver: no chunk starts before the actuator has a subscriber
     diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
     calls: list[float] = []
 
@@ -1030,6 +1032,7 @@ def test_the_trainers_stop_ends_the_bridge_with_exit_code_0(tmp_path, robot):
         "actions": {"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1], "idle": "none"}},
     }
     robot.stream(Float64MultiArray, "/state", float_state(0.0))
+    robot.listen(Float64MultiArray, "/cmd")  # its driver: no chunk starts before the actuator has a subscriber
     with ScriptedTrainer({"action_horizon": 2, "action_dim": 1}) as trainer:
         with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
             trainer.wait_for(lambda r: len(of_kind(r, "feedback")) >= 2, 20, "2 feedbacks")
@@ -1049,6 +1052,7 @@ def test_with_wait_for_next_run_the_trainers_stop_makes_the_bridge_reconnect(tmp
         "actions": {"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1], "idle": "none"}},
     }
     robot.stream(Float64MultiArray, "/state", float_state(0.0))
+    robot.listen(Float64MultiArray, "/cmd")  # its driver: no chunk starts before the actuator has a subscriber
     with ScriptedTrainer({"action_horizon": 2, "action_dim": 1}) as trainer:
         with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
             trainer.wait_for(lambda r: len(of_kind(r, "feedback")) >= 2, 20, "2 feedbacks")
@@ -1184,6 +1188,51 @@ def test_diagnostics_report_the_link_the_achieved_control_rate_and_each_envs_epi
     assert int(env["steps"]) >= 8, env
     assert 0.0 < float(env["step rate Hz"]) <= 1.2 * RATE_HZ, env  # env steps, not loop ticks
     assert float(control["env step rate Hz"]) == pytest.approx(float(env["step rate Hz"]), abs=0.05), control
+
+
+def test_no_chunk_starts_until_the_robot_subscribes_to_every_actuator_and_then_no_command_is_lost(tmp_path, robot):
+    """DDS needs a moment to match a new publisher with the robot's subscriber; until then a command reaches
+    nobody, while the trainer would count its step. The bridge asks for no chunk before every actuator topic
+    has a subscriber, so the robot gets each step of every chunk from the very first."""
+    horizon, chunks = 3, []
+
+    def actions(env_indices, step_ids, observation):
+        chunk = np.arange(len(chunks) * horizon, (len(chunks) + 1) * horizon, dtype="<f4").reshape(horizon, 1, 1)
+        chunks.append(chunk)
+        return chunk
+
+    params = {
+        "observations": STATE,
+        "actions": {
+            "arm": {"topic": "arm_cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1], "idle": "none"},
+            "gripper": {"topic": "gripper_cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1], "idle": "none"},
+        },
+    }
+    robot.stream(Float64MultiArray, "/state", float_state(0.0))
+    diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
+    with ScriptedTrainer({"action_horizon": horizon, "action_dim": 1}, actions) as trainer:
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
+            first_diag(
+                diagnostics,
+                lambda m: "no subscriber on /arm_cmd, /gripper_cmd" in env_status(m, 0)[1],
+                20,
+                "the env waiting for subscribers of both actuators",
+            )
+            arm = robot.listen(Float64MultiArray, "/arm_cmd")  # one of two: still no chunk
+            first_diag(
+                diagnostics,
+                lambda m: env_status(m, 0)[1].startswith("no subscriber on /gripper_cmd "),
+                20,
+                "the env waiting for the gripper's subscriber only",
+            )
+            wait_until(lambda: "/gripper_cmd (commands would be lost): no chunk starts" in child.output(), 20,
+                       "the warning naming the actuator nobody listens to")  # fmt: skip
+            assert not trainer.messages("infer") and not arm
+            gripper = robot.listen(Float64MultiArray, "/gripper_cmd")
+            wait_until(lambda: len(arm) >= 3 * horizon and len(gripper) >= 3 * horizon, 20, "three chunks")
+    expected = np.arange(3 * horizon, dtype=np.float64)
+    for inbox in (arm, gripper):
+        np.testing.assert_array_equal([m.data[0] for m in inbox.msgs()[: 3 * horizon]], expected)
 
 
 # -- m. the timer mode's step rate -------------------------------------------------------------

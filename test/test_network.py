@@ -19,6 +19,7 @@ every command is the idle behaviour until the link is back.
 
 from __future__ import annotations
 
+import os
 import re
 import select
 import subprocess
@@ -204,9 +205,9 @@ def test_a_partition_longer_than_the_trainers_feedback_timeout_closes_its_side_a
 
 
 def test_two_raw_cameras_behind_a_5_mbit_uplink_keep_memory_flat_and_every_message_intact():
-    # The 2-minute run the issue asks for is bench/bench_network.py's first cap row (memory over time
-    # printed). Here 10 s suffice to tell: the cameras make 1.8 MB a tick at 100 Hz while the link
-    # carries ~2.4 steps/s, so a send queue that grew would add gigabytes in that time.
+    # 10 s in the suite suffice to tell: the cameras make 1.8 MB a tick at 100 Hz while the link carries
+    # ~2.4 steps/s, so a send queue that grew would add gigabytes in that time. CI soaks it for two
+    # minutes as its own step (PLUGRL_CAP_SOAK_S=120, .ci/run).
     why = netns_unavailable()
     if why is not None:
         pytest.skip(why)
@@ -214,7 +215,9 @@ def test_two_raw_cameras_behind_a_5_mbit_uplink_keep_memory_flat_and_every_messa
     import bench_network
 
     with tempfile.TemporaryDirectory() as workdir:
-        r = bench_network.run_cap_case("raw, reuse", "raw640", None, True, 10.0, Path(workdir))
+        seconds = float(os.environ.get("PLUGRL_CAP_SOAK_S", "10"))
+        r = bench_network.run_cap_case("raw, reuse", "raw640", None, True, seconds, Path(workdir))
+    assert len(r["rss_mb"]) >= seconds / 2, r  # sampled throughout the run
     assert r["steps_per_s"] > 0, r
     assert r["link_mbit"] < bench_network.CAP_MBIT * 1.1, r  # the cap held (else this measured nothing)
     rss = r["rss_mb"]

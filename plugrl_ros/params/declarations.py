@@ -212,6 +212,12 @@ SPECS: tuple[Spec, ...] = (
         "control.batch_window_s", "float", 0.02, "wait this long for envs finishing together", minimum=0.0, maximum=5.0
     ),
     Spec("control.env_timeout_s", "float", 5.0, "a step result this late fails the robot (0 = never)", minimum=0.0),
+    Spec(
+        "control.wait_for_subscribers",
+        "bool",
+        True,
+        "start a chunk only while every actuator topic has a subscriber (commands nobody hears are lost)",
+    ),
     *_subscription("observations.images.<name>", "sensor_data", 1.0),
     Spec("observations.images.<name>.resize", "int list", NONE, "[height, width]"),
     Spec("observations.images.<name>.crop", "int list", NONE, "[y, x, height, width], before resize"),

@@ -30,6 +30,9 @@ from plugrl_ros.ros.config import BridgeConfig, TopicConfig, env_topic
 from plugrl_ros.ros.qos import qos_profile, subscription_event_callbacks
 from plugrl_ros.ros.sources import ConversionError
 
+# An actuator without a subscriber for this long is reported (DDS matches a new pair in well under that).
+_UNHEARD_WARNING_S = 3.0
+
 
 class Latest:
     """The newest message on one subscription: its arrival count, time, and (cached) conversion."""
@@ -179,10 +182,14 @@ class EnvIO:
         self._fresh_marks: list[int] | None = None
 
         self._actuators = []
+        self._actuator_topics = []
+        self._wait_for_subscribers = config.control.wait_for_subscribers
+        self._unheard_since_s: float | None = None
         for action in config.actions:
             topic = env_topic(namespace, action.topic)
             publisher = node.create_publisher(action.sink.msg_type, topic, qos_profile(action.qos, 10))
             self._actuators.append((action, publisher, action.make_shaper()))
+            self._actuator_topics.append((publisher.topic_name, publisher))
 
         self.reset = ResetProcedure(node, namespace, config.reset, clock_s, callback_group)
 
@@ -271,12 +278,25 @@ class EnvIO:
                     )
         return stale
 
+    def unheard_actuators(self) -> list[str]:
+        """The actuator topics that no subscriber has matched (yet, or any more): what they are sent is lost."""
+        return [topic for topic, publisher in self._actuator_topics if publisher.get_subscription_count() == 0]
+
     def observe(self, now_ns: int) -> ObservationRow | None:
-        """The current observation, or None (and :attr:`problem` says why) if it is not fresh."""
+        """The current observation, or None (and :attr:`problem` says why) if it is not fresh, or if
+        an actuator has no subscriber: the steps of a chunk started from it would reach no robot,
+        while the trainer (or the recording) counted them."""
         stale = self.stale_sources(now_ns)
         if stale:
             self.problem = "stale: " + ", ".join(stale)
             return None
+        if self._wait_for_subscribers:
+            unheard = self.unheard_actuators()
+            if unheard:
+                self.problem = "no subscriber on " + ", ".join(unheard) + " (commands would be lost)"
+                self._warn_unheard()
+                return None
+            self._unheard_since_s = None
         try:
             row = self._row()
         except ConversionError as exc:
@@ -286,6 +306,18 @@ class EnvIO:
         self._fresh_marks = None
         self.problem = ""
         return row
+
+    def _warn_unheard(self) -> None:
+        """Matching takes DDS a moment at every start; a robot still deaf after that is worth a warning."""
+        now_s = self._clock_s()
+        if self._unheard_since_s is None:
+            self._unheard_since_s = now_s
+        elif now_s - self._unheard_since_s > _UNHEARD_WARNING_S:
+            self._node.get_logger().warning(
+                f"env {self.index}: {self.problem}: no chunk starts until the robot subscribes "
+                "(control.wait_for_subscribers)",
+                throttle_duration_sec=10.0,
+            )
 
     def _row(self) -> ObservationRow:
         images = {}

@@ -130,6 +130,7 @@ class ControlConfig:
     feedback_deadline_s: float
     batch_window_s: float
     env_timeout_s: float
+    wait_for_subscribers: bool
 
     @property
     def period_s(self) -> float:
@@ -361,6 +362,7 @@ def _control(section: Section) -> ControlConfig:
         feedback_deadline_s=section.float("feedback_deadline_s"),
         batch_window_s=section.float("batch_window_s"),
         env_timeout_s=section.float("env_timeout_s"),
+        wait_for_subscribers=section.bool("wait_for_subscribers"),
     )
     section.finish()
     return control
