@@ -218,9 +218,11 @@ def test_two_raw_cameras_behind_a_5_mbit_uplink_keep_memory_flat_and_every_messa
         seconds = float(os.environ.get("PLUGRL_CAP_SOAK_S", "10"))
         r = bench_network.run_cap_case("raw, reuse", "raw640", None, True, seconds, Path(workdir))
     assert len(r["rss_mb"]) >= seconds / 2, r  # sampled throughout the run
+    rss = r["rss_mb"]
+    print(f"{seconds:g} s behind the cap: {r['steps_per_s']:.2f} steps/s, {r['link_mbit']:.2f} Mbit/s, bridge RSS "
+          f"{rss[0]:.0f} MB at the start, {rss[-1]:.0f} at the end, {max(rss):.0f} at most")  # fmt: skip
     assert r["steps_per_s"] > 0, r
     assert r["link_mbit"] < bench_network.CAP_MBIT * 1.1, r  # the cap held (else this measured nothing)
-    rss = r["rss_mb"]
     assert max(rss) - rss[0] < 50, rss  # a growing send queue would add 1.8 MB a tick
     assert max(rss[len(rss) // 2 :]) - max(rss[: len(rss) // 2]) < 20, rss  # flat: the second half no higher
     assert r["protocol_breaks"] == 0 and r["connections"] == 0, r  # one connection throughout, nothing broken

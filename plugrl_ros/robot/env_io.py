@@ -147,7 +147,11 @@ class EnvIO:
             (image.name, self._subscribe(image.source, 5, prefetch=image.source.converter.costly, raw=True))
             for image in config.images
         ]
-        self._states = [(state.name, [self._subscribe(part, 5) for part in state.parts]) for state in config.states]
+        self._states = [
+            # joint states, too, are taken serialized and read in place (names decoded only when they change)
+            (state.name, [self._subscribe(part, 5, raw=getattr(part.converter, "raw", False)) for part in state.parts])
+            for state in config.states
+        ]
         self._text = self._subscribe(config.text.source, 5) if config.text.source else None
         self._observed: list[_Source] = [s for _, s in self._images] + [p for _, parts in self._states for p in parts]
         if self._text is not None:

@@ -6,13 +6,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image
 
 from plugrl_ros import opencv
 from plugrl_ros.params.section import ConfigError, Section
-from plugrl_ros.ros.image_cdr import CompressedImageView, ImageView, parse_compressed_image, parse_image
-from plugrl_ros.ros.sources import ConversionError, registered
+from plugrl_ros.ros.cdr import CompressedImageView, ImageView, parse_compressed_image, parse_image
+from plugrl_ros.ros.sources import ConversionError, deserialized, registered
 
 try:
     import cv2
@@ -29,16 +28,6 @@ class ImageSource(Protocol):
     costly: bool
 
     def convert(self, msg: Any) -> np.ndarray: ...
-
-
-def _typed(serialized: bytes, msg_type: type) -> Any:
-    """rclpy's own reading of a serialized message the in-place parser did not take (ConversionError if none)."""
-    try:
-        return deserialize_message(serialized, msg_type)
-    except RuntimeError as exc:  # rclpy's RMWError: the bytes are not a message of this type
-        raise ConversionError(
-            f"the serialized {msg_type.__name__} message ({len(serialized)} bytes) is malformed: {exc}"
-        ) from None
 
 
 @dataclass(frozen=True)
@@ -210,7 +199,7 @@ class RawImageSource:
     def convert(self, msg: Image | ImageView | bytes) -> np.ndarray:
         """The image of a message, typed or serialized (whose pixels are then read in place)."""
         if type(msg) is bytes:
-            msg = parse_image(msg) or _typed(msg, Image)
+            msg = parse_image(msg) or deserialized(msg, Image)
         enc = ENCODINGS.get(msg.encoding)
         if enc is None:
             raise ConversionError(
@@ -247,7 +236,7 @@ class CompressedImageSource:
     def convert(self, msg: CompressedImage | CompressedImageView | bytes) -> np.ndarray:
         """The decoded image of a message, typed or serialized (decoded from the serialized bytes in place)."""
         if type(msg) is bytes:
-            msg = parse_compressed_image(msg) or _typed(msg, CompressedImage)
+            msg = parse_compressed_image(msg) or deserialized(msg, CompressedImage)
         if "compresseddepth" in msg.format.lower():
             raise ConversionError(
                 f"CompressedImage format '{msg.format}' (compressed_depth_image_transport) is not supported;"

@@ -9,10 +9,12 @@ from typing import Any, Protocol
 import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
 from nav_msgs.msg import Odometry
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float32, Float32MultiArray, Float64, Float64MultiArray, String
 
 from plugrl_ros.params.section import ConfigError, Section
+from plugrl_ros.ros.cdr import JointStateView, parse_joint_state
 
 # A robot whose driver reorders joints on every message would otherwise grow
 # the name->index cache without bound; a handful of orders is the real case.
@@ -75,6 +77,16 @@ def read_joint_names(section: Section) -> tuple[str, ...]:
     return tuple(joints)
 
 
+def deserialized(serialized: bytes, msg_type: type) -> Any:
+    """rclpy's own reading of a serialized message the in-place parser did not take (ConversionError if none)."""
+    try:
+        return deserialize_message(serialized, msg_type)
+    except RuntimeError as exc:  # rclpy's RMWError: the bytes are not a message of this type
+        raise ConversionError(
+            f"the serialized {msg_type.__name__} message ({len(serialized)} bytes) is malformed: {exc}"
+        ) from None
+
+
 def _as_float64(values: Any) -> np.ndarray:
     """A float64 view of a message's number array (rclpy gives array.array; a list also works)."""
     return np.asarray(values, dtype=np.float64)
@@ -84,6 +96,7 @@ class JointStateSource:
     """sensor_msgs/JointState: selected joints, ordered by name, field-major."""
 
     msg_type = JointState
+    raw = True  # subscribed serialized: read in place (plugrl_ros.ros.cdr)
     FIELDS = ("position", "velocity", "effort")
 
     def __init__(self, section: Section) -> None:
@@ -100,6 +113,9 @@ class JointStateSource:
         # Drivers publish joints in their own order (and some change it between
         # messages); the index array for each order is computed once.
         self._indices: dict[tuple[str, ...], np.ndarray] = {}
+        # Serialized messages: (indices, joint count) by the serialized name sequence, decoded only when new.
+        self._view_indices: dict[tuple[str, bytes], tuple[np.ndarray, int]] = {}
+        self._previous: JointStateView | None = None  # its names, if the next has them, need no walk
 
     def _indices_for(self, names: tuple[str, ...]) -> np.ndarray:
         indices = self._indices.get(names)
@@ -118,16 +134,40 @@ class JointStateSource:
             self._indices[names] = indices
         return indices
 
-    def convert(self, msg: JointState) -> np.ndarray:
+    def convert(self, msg: JointState | bytes) -> np.ndarray:
+        """The selected joints of a message, typed or serialized (read in place; names decoded when new)."""
+        if type(msg) is bytes:
+            view = parse_joint_state(msg, self._previous)
+            known = None if view is None else self._indices_for_view(view)
+            if known is not None:
+                self._previous = view
+                return self._select(*known, view)
+            msg = deserialized(msg, JointState)  # not the plain layout: rclpy decides
         names = tuple(msg.name)
-        indices = self._indices_for(names)
+        return self._select(self._indices_for(names), len(names), msg)
+
+    def _indices_for_view(self, view: JointStateView) -> tuple[np.ndarray, int] | None:
+        """(indices, joint count) for the view's names, decoded only when new; None if they do not decode."""
+        key = (view.order, view.name_bytes)
+        known = self._view_indices.get(key)
+        if known is None:
+            names = view.names()
+            if names is None:
+                return None
+            known = (self._indices_for(names), len(names))
+            if len(self._view_indices) >= _MAX_CACHED_JOINT_ORDERS:
+                self._view_indices.clear()
+            self._view_indices[key] = known
+        return known
+
+    def _select(self, indices: np.ndarray, count: int, msg: Any) -> np.ndarray:
         n = len(self.joints)
         out = np.empty(self.width, dtype=np.float64)
         for k, field in enumerate(self.fields):
             values = _as_float64(getattr(msg, field))
-            if len(values) < len(names):
+            if len(values) < count:
                 raise ConversionError(
-                    f"the JointState has {len(values)} {field} values for {len(names)} joint names;"
+                    f"the JointState has {len(values)} {field} values for {count} joint names;"
                     f" remove '{field}' from fields if the driver does not publish it"
                 )
             out[k * n : (k + 1) * n] = values[indices]

@@ -1,29 +1,34 @@
-"""sensor_msgs/Image and CompressedImage read straight from their serialized (CDR) bytes, pixels in place.
+"""sensor_msgs/Image, CompressedImage and JointState read straight from their serialized (CDR) bytes.
 
 rclpy's typed take copies an image's ``uint8[]`` three times (DDS sample to
-C struct, C struct to Python, into an ``array.array``); a subscription with
-``raw=True`` hands over the serialized message in one ``bytes`` instead.
-The two layouts are fixed and short (XCDR1, plain CDR, as rmw writes them):
+C struct, C struct to Python, into an ``array.array``) and builds a Python
+string per joint name; a subscription with ``raw=True`` hands over the
+serialized message in one ``bytes`` instead, read here in place. The layouts
+are fixed and short (XCDR1, plain CDR, as rmw writes them):
 
     4-byte encapsulation header: 00 01 (little endian) or 00 00 (big endian), options 00 00
     Image:            stamp (int32, uint32), frame_id (string), height, width (uint32),
                       encoding (string), is_bigendian (uint8), step (uint32), data (sequence<uint8>)
     CompressedImage:  stamp (int32, uint32), frame_id (string), format (string), data (sequence<uint8>)
+    JointState:       stamp (int32, uint32), frame_id (string), name (sequence<string>),
+                      position, velocity, effort (sequence<float64> each)
 
 A string is a uint32 length counting its NUL, the bytes, the NUL; a sequence
-a uint32 count, then the items. Every uint32 is aligned to 4 counted from
-the end of the encapsulation header. The bytes come from another process,
-so every length is checked against the buffer: anything that does not
-parse exactly (another encapsulation, options that are not 0 -- their low
-bits count padding rclpy then strips --, a string without its NUL, a length
-past the end, a NUL inside a string, more than 3 bytes after the data)
-gives None, and the caller
-falls back to rclpy's typed deserialization, which then decides.
+a uint32 count, then the items. Every uint32 is aligned to 4 and every
+float64 to 8, counted from the end of the encapsulation header. The bytes
+come from another process, so every length is checked against the buffer:
+anything that does not parse exactly (another encapsulation, options that
+are not 0 -- their low bits count padding rclpy then strips --, a string
+without its NUL, a length past the end, a NUL inside a string, more bytes
+after the last field than the writer's padding) gives None, and the caller falls back to
+rclpy's typed deserialization, which then decides.
 """
 
 from __future__ import annotations
 
 import struct
+
+import numpy as np
 
 _ORIGIN = 4  # alignment is counted from the end of the encapsulation header
 # Trailing bytes an rmw may add to pad the message to a multiple of 4 (plain
@@ -34,6 +39,11 @@ _U32X2 = {"<": struct.Struct("<II"), ">": struct.Struct(">II")}
 # CDR_LE and CDR_BE with no options; PL_CDR, XCDR2 and options are left to rclpy
 _ORDERS = {b"\x00\x01\x00\x00": "<", b"\x00\x00\x00\x00": ">"}
 _STAMP_END = _ORIGIN + 8
+_F64 = {"<": np.dtype("<f8"), ">": np.dtype(">f8")}
+# After a JointState, Fast CDR leaves the room it reserved for aligning each float64 sequence to 8
+# (seen: 0, 4, 8 or 12 bytes); rclpy ignores trailing bytes, more than this are left to it.
+_MAX_JOINT_STATE_TRAILING = 3 * 7 + _MAX_TRAILING
+_MIN_STRING = 5  # a uint32 length and the NUL
 
 
 class ImageView:
@@ -62,6 +72,10 @@ class CompressedImageView:
 
 def _aligned(pos: int) -> int:
     return pos + (-(pos - _ORIGIN) & 3)
+
+
+def _aligned8(pos: int) -> int:
+    return pos + (-(pos - _ORIGIN) & 7)
 
 
 def _string(buf: bytes, pos: int, u32: struct.Struct) -> tuple[str | None, int]:
@@ -155,3 +169,99 @@ def parse_compressed_image(buf: bytes) -> CompressedImageView | None:
     if data is None:
         return None
     return CompressedImageView(format_, data)
+
+
+class JointStateView:
+    """The fields of a sensor_msgs/JointState that a conversion reads; the number arrays are views into the bytes.
+
+    ``name_bytes`` is the serialized name sequence (count included): equal bytes in one byte order mean
+    equal names in the same order, so a reader can key what it derives from the names on them (with
+    ``order``) and decode them only when new.
+    """
+
+    __slots__ = ("_buf", "_names_at", "effort", "name_bytes", "order", "position", "velocity")
+
+    def __init__(
+        self,
+        buf: bytes,
+        order: str,
+        names_at: int,
+        name_bytes: bytes,
+        position: np.ndarray,
+        velocity: np.ndarray,
+        effort: np.ndarray,
+    ) -> None:
+        self._buf = buf
+        self.order = order
+        self._names_at = names_at
+        self.name_bytes = name_bytes
+        self.position = position
+        self.velocity = velocity
+        self.effort = effort
+
+    def names(self) -> tuple[str, ...] | None:
+        """The joint names (decoded now); None if one is not valid UTF-8 or holds a NUL (rclpy decides then)."""
+        buf, pos = self._buf, self._names_at
+        u32 = _U32[self.order]
+        (count,) = u32.unpack_from(buf, pos)
+        pos += 4
+        names = []
+        for _ in range(count):
+            name, pos = _string(buf, pos, u32)
+            if name is None:
+                return None
+            names.append(name)
+        return tuple(names)
+
+
+def _float64s(buf: bytes, pos: int, order: str, u32: struct.Struct) -> tuple[np.ndarray | None, int]:
+    """The ``sequence<float64>`` at ``pos`` as a read-only view, and the position after it."""
+    pos = _aligned(pos)
+    if pos + 4 > len(buf):
+        return None, pos
+    (count,) = u32.unpack_from(buf, pos)
+    pos += 4
+    if count:
+        pos = _aligned8(pos)
+    end = pos + 8 * count
+    if end > len(buf):
+        return None, pos
+    return np.frombuffer(buf, _F64[order], count, pos), end
+
+
+def parse_joint_state(buf: bytes, previous: JointStateView | None = None) -> JointStateView | None:
+    """A serialized sensor_msgs/JointState as a :class:`JointStateView`, or None if it is not the plain layout.
+
+    ``previous``: an earlier message's view. The name sequence delimits itself, so if the same bytes
+    (in the same byte order) stand where this message's names start, they are its names: no walk.
+    """
+    header = _after_header(buf)
+    if header is None:
+        return None
+    order, u32, pos = header
+    names_at = _aligned(pos)
+    if previous is not None and previous.order == order and buf.startswith(previous.name_bytes, names_at):
+        name_bytes = previous.name_bytes
+        pos = names_at + len(name_bytes)
+    else:
+        if names_at + 4 > len(buf):
+            return None
+        (count,) = u32.unpack_from(buf, names_at)
+        if count > (len(buf) - names_at - 4) // _MIN_STRING:
+            return None  # more names than the bytes could hold
+        pos = names_at + 4
+        for _ in range(count):
+            pos = _skip_string(buf, pos, u32)
+            if pos < 0:
+                return None
+        name_bytes = buf[names_at:pos]
+    position, pos = _float64s(buf, pos, order, u32)
+    if position is None:
+        return None
+    velocity, pos = _float64s(buf, pos, order, u32)
+    if velocity is None:
+        return None
+    effort, pos = _float64s(buf, pos, order, u32)
+    if effort is None or not pos <= len(buf) <= pos + _MAX_JOINT_STATE_TRAILING:
+        return None
+    return JointStateView(buf, order, names_at, name_bytes, position, velocity, effort)

@@ -1,4 +1,4 @@
-"""plugrl_ros.ros.image_cdr against rclpy's own serializer: serialized Image / CompressedImage read in place.
+"""plugrl_ros.ros.cdr against rclpy's own serializer: serialized Image / CompressedImage / JointState read in place.
 
 The parser is a safety boundary (the bytes come from another process), so
 besides agreeing with rclpy on every message rclpy writes, it must never
@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rclpy.serialization import deserialize_message, serialize_message
-from sensor_msgs.msg import CompressedImage, Image
+from sensor_msgs.msg import CompressedImage, Image, JointState
 
 from plugrl_ros.params.section import Section
-from plugrl_ros.ros.image_cdr import parse_compressed_image, parse_image
+from plugrl_ros.ros.cdr import parse_compressed_image, parse_image, parse_joint_state
 from plugrl_ros.ros.images import ENCODINGS, CompressedImageSource, RawImageSource
-from plugrl_ros.ros.sources import ConversionError
+from plugrl_ros.ros.sources import ConversionError, JointStateSource
 
 pytestmark = [pytest.mark.ros]
 
@@ -97,6 +97,18 @@ def cdr(order: str, fields: list[tuple[str, Any]]) -> bytes:
         elif kind == "string":
             text = value.encode() + b"\x00"
             out += struct.pack(order + "I", len(text)) + text
+        elif kind == "strings":
+            out += struct.pack(order + "I", len(value))
+            for item in value:
+                align()
+                text = item.encode() + b"\x00"
+                out += struct.pack(order + "I", len(text)) + text
+        elif kind == "f64s":
+            out += struct.pack(order + "I", len(value))
+            if len(value):
+                while (len(out) - 4) % 8:
+                    out.append(0xAB)
+            out += struct.pack(f"{order}{len(value)}d", *value)
         else:
             assert kind == "bytes"
             out += struct.pack(order + "I", len(value)) + bytes(value)
@@ -329,3 +341,135 @@ def test_an_encapsulation_the_parser_leaves_is_converted_through_rclpy() -> None
     serialized = b"\x00\x03" + serialize_message(msg)[2:]
     assert parse_image(serialized) is None
     np.testing.assert_array_equal(raw_source(channels=1).convert(serialized), np.array([[[5], [6]]], dtype=np.uint8))
+
+
+# --- sensor_msgs/JointState ----------------------------------------------------------------
+
+FLOATS = st.floats(allow_nan=False) | st.sampled_from([0.0, -0.0, 1e-300, 1.5, -2.25])
+NAMES = st.lists(st.sampled_from([f"joint_{i}" for i in range(6)]) | TEXT, max_size=8)
+
+
+@st.composite
+def joint_states(draw: Any) -> JointState:
+    msg = JointState(name=draw(NAMES))
+    for field in ("position", "velocity", "effort"):
+        # drivers send all, some, or none of the three arrays, of any length
+        setattr(msg, field, draw(st.lists(FLOATS, max_size=9)))
+    msg.header.frame_id = draw(TEXT)
+    msg.header.stamp.sec = draw(st.integers(-(2**31), 2**31 - 1))
+    msg.header.stamp.nanosec = draw(U32)
+    return msg
+
+
+def joint_state_fields(msg: JointState) -> list[tuple[str, Any]]:
+    stamp = msg.header.stamp
+    return [
+        ("i32", stamp.sec),
+        ("u32", stamp.nanosec),
+        ("string", msg.header.frame_id),
+        ("strings", list(msg.name)),
+        ("f64s", list(msg.position)),
+        ("f64s", list(msg.velocity)),
+        ("f64s", list(msg.effort)),
+    ]
+
+
+def assert_same_joint_state(view: Any, msg: JointState) -> None:
+    assert view is not None
+    assert (view.names() if hasattr(view, "names") else tuple(view.name)) == tuple(msg.name)
+    for field in ("position", "velocity", "effort"):
+        np.testing.assert_array_equal(getattr(view, field), np.asarray(getattr(msg, field), dtype=np.float64))
+
+
+@PROPERTY
+@given(joint_states())
+def test_every_joint_state_rclpy_serializes_is_parsed_as_rclpy_reads_it(msg: JointState) -> None:
+    serialized = serialize_message(msg)
+    view = parse_joint_state(serialized)
+    assert_same_joint_state(view, msg)
+    assert_same_joint_state(view, deserialize_message(serialized, JointState))
+    assert view.position.base is not None and not view.position.flags.writeable  # a view of the bytes
+
+
+@PROPERTY
+@given(joint_states(), st.sampled_from("<>"))
+def test_both_byte_orders_of_a_joint_state_parse_as_rclpy_reads_them(msg: JointState, order: str) -> None:
+    serialized = cdr(order, joint_state_fields(msg))
+    assert_same_joint_state(deserialize_message(serialized, JointState), msg)  # the test's writer, checked
+    assert_same_joint_state(parse_joint_state(serialized), msg)
+
+
+@PROPERTY
+@given(joint_states(), st.data())
+def test_a_truncated_or_extended_joint_state_is_never_parsed_past_its_bytes(msg: JointState, data: Any) -> None:
+    serialized = serialize_message(msg)
+    cut = data.draw(st.integers(0, len(serialized) - 1))
+    view = parse_joint_state(serialized[:cut])
+    if view is not None:  # a cut in the last array's padding-free tail cannot be told apart only if rclpy agrees
+        assert_same_joint_state(view, rclpy_reads(serialized[:cut], JointState))
+    # rclpy's writer leaves up to 12 bytes after the last array (room reserved for alignment); rclpy
+    # ignores what follows the last field, so a parse of a longer message must still read the same
+    tail = data.draw(st.binary(min_size=1, max_size=48))
+    view = parse_joint_state(serialized + tail)
+    if len(tail) <= 3:
+        assert_same_joint_state(view, msg)
+    elif len(tail) > 36:
+        assert view is None
+    elif view is not None:
+        assert_same_joint_state(view, msg)
+
+
+@PROPERTY
+@given(joint_states(), st.data())
+def test_corrupted_joint_states_are_refused_or_read_as_rclpy_reads_them(msg: JointState, data: Any) -> None:
+    serialized = bytearray(serialize_message(msg))
+    for _ in range(data.draw(st.integers(1, 4))):
+        where = data.draw(st.integers(0, len(serialized) - 1))
+        serialized[where] = data.draw(st.integers(0, 255))
+    serialized = bytes(serialized)
+    view = parse_joint_state(serialized)
+    if view is not None:
+        reference = rclpy_reads(serialized, JointState)
+        assert reference is not None
+        names = view.names()
+        if names is not None:  # else the source hands the bytes to rclpy
+            assert_same_joint_state(view, reference)
+
+
+@given(st.binary(max_size=200))
+@PROPERTY
+def test_arbitrary_bytes_never_make_a_joint_state(serialized: bytes) -> None:
+    view = parse_joint_state(serialized)
+    if view is not None and view.names() is not None:
+        assert_same_joint_state(view, rclpy_reads(serialized, JointState))
+
+
+@PROPERTY
+@given(st.permutations([f"j{i}" for i in range(5)]), st.lists(FLOATS, min_size=15, max_size=15), st.data())
+def test_the_joint_state_source_reads_serialized_messages_exactly_as_typed_ones(
+    order: list[str], values: list[float], data: Any
+) -> None:
+    source = JointStateSource(
+        Section({"joints": ["j3", "j0", "j4"], "fields": ["effort", "position"]}, "observations.states.arm")
+    )
+    for _ in range(3):  # the driver may change its joint order between messages: the cached indices follow
+        order = data.draw(st.permutations(order))
+        msg = JointState(name=order, position=values[:5], velocity=values[5:10], effort=values[10:])
+        serialized = serialize_message(msg)
+        expected = source.convert(msg)
+        np.testing.assert_array_equal(source.convert(serialized), expected)
+        np.testing.assert_array_equal(source.convert(serialized), expected)  # the cached names
+        where = {name: i for i, name in enumerate(order)}
+        assert list(expected) == [values[10 + where[j]] for j in ("j3", "j0", "j4")] + [
+            values[where[j]] for j in ("j3", "j0", "j4")
+        ]
+
+
+def test_a_serialized_joint_state_missing_a_joint_or_values_names_what_is_wrong() -> None:
+    source = JointStateSource(Section({"joints": ["a", "b"], "fields": ["velocity"]}, "observations.states.arm"))
+    with pytest.raises(ConversionError, match="joint 'b' is not in the JointState"):
+        source.convert(serialize_message(JointState(name=["a"], velocity=[1.0])))
+    with pytest.raises(ConversionError, match="has 0 velocity values for 2 joint names"):
+        source.convert(serialize_message(JointState(name=["a", "b"], position=[1.0, 2.0])))
+    with pytest.raises(ConversionError, match="malformed"):
+        source.convert(b"\x00\x01\x00\x00\x01")
