@@ -77,13 +77,13 @@ def consistent_images(draw: Any) -> Image:
     return msg
 
 
-def cdr(order: str, fields: list[tuple[str, Any]]) -> bytes:
+def cdr(order: str, fields: list[tuple[str, Any]], pad: int = 0xAB) -> bytes:
     """Plain CDR written from the layout's description, in either byte order (the test's own writer)."""
     out = bytearray(b"\x00\x01\x00\x00" if order == "<" else b"\x00\x00\x00\x00")
 
     def align() -> None:
         while (len(out) - 4) % 4:
-            out.append(0xAB)  # padding is junk: nobody may read it
+            out.append(pad)  # padding is junk: nobody may read it
 
     for kind, value in fields:
         if kind == "u8":
@@ -107,7 +107,7 @@ def cdr(order: str, fields: list[tuple[str, Any]]) -> bytes:
             out += struct.pack(order + "I", len(value))
             if len(value):
                 while (len(out) - 4) % 8:
-                    out.append(0xAB)
+                    out.append(pad)
             out += struct.pack(f"{order}{len(value)}d", *value)
         else:
             assert kind == "bytes"
@@ -442,6 +442,30 @@ def test_arbitrary_bytes_never_make_a_joint_state(serialized: bytes) -> None:
     view = parse_joint_state(serialized)
     if view is not None and view.names() is not None:
         assert_same_joint_state(view, rclpy_reads(serialized, JointState))
+
+
+@PROPERTY
+@given(joint_states(), joint_states(), st.sampled_from("<>"), st.sampled_from("<>"), st.data())
+def test_a_previous_messages_view_never_changes_what_a_joint_state_parses_to(
+    first: JointState, second: JointState, first_order: str, second_order: str, data: Any
+) -> None:
+    if data.draw(st.booleans()):
+        second.name = list(first.name)  # the common case: the same names again (the fast path)
+    pad = data.draw(st.integers(0, 255))
+    previous = parse_joint_state(cdr(first_order, joint_state_fields(first)))
+    serialized = cdr(second_order, joint_state_fields(second), pad)
+    view = parse_joint_state(serialized, previous)
+    assert_same_joint_state(view, second)
+    assert view.name_key == parse_joint_state(serialized).name_key
+
+
+def test_names_with_other_padding_bytes_are_the_same_names_to_the_source() -> None:
+    # writers may leave the padding between strings uninitialised: it must not make the names look new
+    source = JointStateSource(Section({"joints": ["b", "ab"]}, "observations.states.arm"))
+    msg = JointState(name=["ab", "b", "c"], position=[1.0, 2.0, 3.0])
+    for pad in (0x00, 0xAB, 0x5C, 0xFF):
+        np.testing.assert_array_equal(source.convert(cdr("<", joint_state_fields(msg), pad)), [2.0, 1.0])
+    assert len(source._view_indices) == 1
 
 
 @PROPERTY

@@ -169,6 +169,34 @@ def test_sync_execution_idles_at_every_chunk_boundary(tmp_path, robot):
     assert int(values["idle steps at boundaries"]) >= len(chunk_starts)
 
 
+def test_no_request_goes_out_until_the_robot_subscribes_to_its_actuator(tmp_path, robot):
+    """Commands sent before DDS matched the robot's subscriber would reach nobody: the bridge asks the
+    policy for nothing until the actuator topic has a subscriber, and /diagnostics says why."""
+    port = free_port()
+    server = Server(port, "--horizon", "5", "--action-dim", str(WIDTH))
+    robot.stream(Float64MultiArray, "count", lambda: Float64MultiArray(data=[float(OFFSET)]))
+    diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
+    try:
+        with bridge(tmp_path, deploy_params(port, "switch", 5)):
+            _, diag = first_diag(
+                diagnostics,
+                lambda m: has_env_entry(m) and env_status(m, 0)[1] == "no subscriber on /cmd (commands would be lost)",
+                30,
+                "the robot reported waiting for a subscriber on /cmd",
+            )
+            level, _, values = env_status(diag, 0)
+            assert level == 1 and values["requests"] == "0", values  # a warning, and nothing asked yet
+            inbox = robot.listen(Float64MultiArray, "cmd")
+            wait_until(lambda: sum(np.asarray(m.data).any() for m in inbox.msgs()) >= 10, 30, "two chunks applied")
+            first_diag(diagnostics, lambda m: has_env_entry(m) and env_status(m, 0)[1] == "running", 30, "running")
+    finally:
+        server.stop()
+    actions = [decode_row(np.asarray(m.data)) for m in inbox.msgs() if np.asarray(m.data).any()]
+    # the robot's first action is from the first chunk the server computed (number 0), from its start
+    # (row 0, or the row for the tick the answer arrived in: a loaded machine may take a tick or two)
+    assert actions[0][0] == 0 and actions[0][1] <= 2, actions
+
+
 @pytest.mark.parametrize("latency", ["0", "0.06", "0.15"])
 def test_the_applied_row_is_the_one_computed_for_that_tick(tmp_path, robot, latency):
     port = free_port()

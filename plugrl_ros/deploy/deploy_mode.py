@@ -243,7 +243,7 @@ class DeployMode:
         )
 
     def _observe(self, env: int, now_ns: int) -> dict[str, Any] | None:
-        row = self.robot.observe(env, now_ns)
+        row = self.robot.observe(env, now_ns, starting=True)
         if row is None:
             return None
         if self.observer is not None:
@@ -367,6 +367,8 @@ class DeployMode:
                     entry.message = "waiting for fresh observations after the reset"
                 else:
                     entry.worse(WARN, "stale: " + "; ".join(stale))
+            elif unheard := io.unheard_actuators():
+                entry.worse(WARN, f"no subscriber on {', '.join(unheard)} (commands would be lost)")
             elif self.robot.paused:
                 entry.message = "paused"
             elif deploy.epoch is None:

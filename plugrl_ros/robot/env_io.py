@@ -14,6 +14,7 @@ for messages newer than that moment.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
@@ -149,7 +150,7 @@ class EnvIO:
         ]
         self._states = [
             # joint states, too, are taken serialized and read in place (names decoded only when they change)
-            (state.name, [self._subscribe(part, 5, raw=getattr(part.converter, "raw", False)) for part in state.parts])
+            (state.name, [self._subscribe(part, 5, raw=part.converter.raw) for part in state.parts])
             for state in config.states
         ]
         self._text = self._subscribe(config.text.source, 5) if config.text.source else None
@@ -189,6 +190,7 @@ class EnvIO:
         self._actuator_topics = []
         self._wait_for_subscribers = config.control.wait_for_subscribers
         self._unheard_since_s: float | None = None
+        self._unheard_warned_s = -math.inf
         for action in config.actions:
             topic = env_topic(namespace, action.topic)
             publisher = node.create_publisher(action.sink.msg_type, topic, qos_profile(action.qos, 10))
@@ -283,24 +285,27 @@ class EnvIO:
         return stale
 
     def unheard_actuators(self) -> list[str]:
-        """The actuator topics that no subscriber has matched (yet, or any more): what they are sent is lost."""
+        """The actuator topics no subscriber has matched (yet, or any more): what they are sent is lost.
+
+        Empty when ``control.wait_for_subscribers`` is off. Any subscriber counts (a driver, a recorder).
+        """
+        if not self._wait_for_subscribers:
+            return []
         return [topic for topic, publisher in self._actuator_topics if publisher.get_subscription_count() == 0]
 
-    def observe(self, now_ns: int) -> ObservationRow | None:
-        """The current observation, or None (and :attr:`problem` says why) if it is not fresh, or if
-        an actuator has no subscriber: the steps of a chunk started from it would reach no robot,
-        while the trainer (or the recording) counted them."""
+    def observe(self, now_ns: int, starting: bool = False) -> ObservationRow | None:
+        """The current observation, or None (and :attr:`problem` says why) if it is not fresh.
+
+        ``starting``: a chunk (or a policy request) would start from it. Then it is also None while an
+        actuator has no subscriber: the chunk's steps would reach no robot while the trainer (or the
+        recording) counted them. A step's outcome is observed whatever the actuators' state.
+        """
+        if starting and self._actuator_topics and self._unheard():
+            return None
         stale = self.stale_sources(now_ns)
         if stale:
             self.problem = "stale: " + ", ".join(stale)
             return None
-        if self._wait_for_subscribers:
-            unheard = self.unheard_actuators()
-            if unheard:
-                self.problem = "no subscriber on " + ", ".join(unheard) + " (commands would be lost)"
-                self._warn_unheard()
-                return None
-            self._unheard_since_s = None
         try:
             row = self._row()
         except ConversionError as exc:
@@ -311,17 +316,23 @@ class EnvIO:
         self.problem = ""
         return row
 
-    def _warn_unheard(self) -> None:
-        """Matching takes DDS a moment at every start; a robot still deaf after that is worth a warning."""
+    def _unheard(self) -> bool:
+        """True (and a warning once it lasts) while an actuator has no subscriber. DDS takes a moment to match
+        a new publisher at every start; a robot still deaf after :data:`_UNHEARD_WARNING_S` is reported."""
+        unheard = self.unheard_actuators()
+        if not unheard:
+            self._unheard_since_s = None
+            return False
         now_s = self._clock_s()
         if self._unheard_since_s is None:
             self._unheard_since_s = now_s
-        elif now_s - self._unheard_since_s > _UNHEARD_WARNING_S:
+        elif now_s - self._unheard_since_s > _UNHEARD_WARNING_S and now_s - self._unheard_warned_s > 10.0:
+            self._unheard_warned_s = now_s  # by env: rclpy's throttle is per call site, and would hide env 1
             self._node.get_logger().warning(
-                f"env {self.index}: {self.problem}: no chunk starts until the robot subscribes "
-                "(control.wait_for_subscribers)",
-                throttle_duration_sec=10.0,
+                f"env {self.index}: no subscriber on {', '.join(unheard)}: no chunk starts until the robot "
+                "subscribes, or its commands would be lost (control.wait_for_subscribers)"
             )
+        return True
 
     def _row(self) -> ObservationRow:
         images = {}

@@ -96,9 +96,10 @@ class RobotSide:
     def stamp(self) -> Any:
         return self._node.get_clock().now().to_msg()
 
-    def observe(self, env: int, now_ns: int) -> ObservationRow | None:
-        """``env``'s fresh observation, or None (``envs[env].problem`` says why)."""
-        return self.envs[env].observe(now_ns)
+    def observe(self, env: int, now_ns: int, starting: bool = False) -> ObservationRow | None:
+        """``env``'s fresh observation, or None (``envs[env].problem`` says why). ``starting``: a chunk
+        would start from it, which also needs every actuator to have a subscriber."""
+        return self.envs[env].observe(now_ns, starting)
 
     def begin_window(self, env: int) -> None:
         """A chunk starts from the observation just taken: ``env``'s rewards and done flags count from now."""

@@ -20,8 +20,8 @@ come from another process, so every length is checked against the buffer:
 anything that does not parse exactly (another encapsulation, options that
 are not 0 -- their low bits count padding rclpy then strips --, a string
 without its NUL, a length past the end, a NUL inside a string, more bytes
-after the last field than the writer's padding) gives None, and the caller falls back to
-rclpy's typed deserialization, which then decides.
+after the last field than a writer pads) gives None, and the caller falls
+back to rclpy's typed deserialization, which then decides.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ _U32X2 = {"<": struct.Struct("<II"), ">": struct.Struct(">II")}
 _ORDERS = {b"\x00\x01\x00\x00": "<", b"\x00\x00\x00\x00": ">"}
 _STAMP_END = _ORIGIN + 8
 _F64 = {"<": np.dtype("<f8"), ">": np.dtype(">f8")}
-# After a JointState, Fast CDR leaves the room it reserved for aligning each float64 sequence to 8
-# (seen: 0, 4, 8 or 12 bytes); rclpy ignores trailing bytes, more than this are left to it.
+# After a JointState, Fast CDR leaves the room it reserved for aligning each float64 sequence to 8:
+# up to 7 bytes for each of the three (seen: 0, 4, 8 or 12 in all), and up to 3 of padding. rclpy
+# ignores trailing bytes; a message with more than this is left to it.
 _MAX_JOINT_STATE_TRAILING = 3 * 7 + _MAX_TRAILING
 _MIN_STRING = 5  # a uint32 length and the NUL
 
@@ -174,12 +175,13 @@ def parse_compressed_image(buf: bytes) -> CompressedImageView | None:
 class JointStateView:
     """The fields of a sensor_msgs/JointState that a conversion reads; the number arrays are views into the bytes.
 
-    ``name_bytes`` is the serialized name sequence (count included): equal bytes in one byte order mean
-    equal names in the same order, so a reader can key what it derives from the names on them (with
-    ``order``) and decode them only when new.
+    ``name_key`` identifies the names and their order (each string's length and bytes, without the
+    padding between them, which writers may leave uninitialised): a reader can key what it derives
+    from the names on it (with ``order``) and decode them only when new. ``name_bytes`` is the name
+    sequence as it stands, padding included, for :func:`parse_joint_state`'s ``previous``.
     """
 
-    __slots__ = ("_buf", "_names_at", "effort", "name_bytes", "order", "position", "velocity")
+    __slots__ = ("_buf", "_names_at", "effort", "name_bytes", "name_key", "order", "position", "velocity")
 
     def __init__(
         self,
@@ -187,6 +189,7 @@ class JointStateView:
         order: str,
         names_at: int,
         name_bytes: bytes,
+        name_key: bytes,
         position: np.ndarray,
         velocity: np.ndarray,
         effort: np.ndarray,
@@ -195,6 +198,7 @@ class JointStateView:
         self.order = order
         self._names_at = names_at
         self.name_bytes = name_bytes
+        self.name_key = name_key
         self.position = position
         self.velocity = velocity
         self.effort = effort
@@ -241,7 +245,7 @@ def parse_joint_state(buf: bytes, previous: JointStateView | None = None) -> Joi
     order, u32, pos = header
     names_at = _aligned(pos)
     if previous is not None and previous.order == order and buf.startswith(previous.name_bytes, names_at):
-        name_bytes = previous.name_bytes
+        name_bytes, name_key = previous.name_bytes, previous.name_key
         pos = names_at + len(name_bytes)
     else:
         if names_at + 4 > len(buf):
@@ -250,11 +254,14 @@ def parse_joint_state(buf: bytes, previous: JointStateView | None = None) -> Joi
         if count > (len(buf) - names_at - 4) // _MIN_STRING:
             return None  # more names than the bytes could hold
         pos = names_at + 4
+        pieces = []
         for _ in range(count):
+            start = _aligned(pos)
             pos = _skip_string(buf, pos, u32)
             if pos < 0:
                 return None
-        name_bytes = buf[names_at:pos]
+            pieces.append(buf[start:pos])
+        name_bytes, name_key = buf[names_at:pos], b"".join(pieces)
     position, pos = _float64s(buf, pos, order, u32)
     if position is None:
         return None
@@ -264,4 +271,4 @@ def parse_joint_state(buf: bytes, previous: JointStateView | None = None) -> Joi
     effort, pos = _float64s(buf, pos, order, u32)
     if effort is None or not pos <= len(buf) <= pos + _MAX_JOINT_STATE_TRAILING:
         return None
-    return JointStateView(buf, order, names_at, name_bytes, position, velocity, effort)
+    return JointStateView(buf, order, names_at, name_bytes, name_key, position, velocity, effort)

@@ -30,6 +30,7 @@ class StateSource(Protocol):
 
     msg_type: type
     width: int | None
+    raw: bool  # subscribed serialized: convert() takes the CDR bytes (and typed messages too)
 
     def convert(self, msg: Any) -> np.ndarray: ...
 
@@ -148,7 +149,7 @@ class JointStateSource:
 
     def _indices_for_view(self, view: JointStateView) -> tuple[np.ndarray, int] | None:
         """(indices, joint count) for the view's names, decoded only when new; None if they do not decode."""
-        key = (view.order, view.name_bytes)
+        key = (view.order, view.name_key)
         known = self._view_indices.get(key)
         if known is None:
             names = view.names()
@@ -178,6 +179,7 @@ class _MultiArraySource:
     """std_msgs/Float*MultiArray: the data, or the configured ``slice`` of it."""
 
     msg_type: type
+    raw = False
 
     def __init__(self, section: Section) -> None:
         self.slice = read_slice(section, required=False)
@@ -208,6 +210,7 @@ class _ScalarSource:
     """std_msgs/Float64 or Float32: one value."""
 
     msg_type: type
+    raw = False
     width = 1
 
     def __init__(self, section: Section) -> None:
@@ -286,6 +289,7 @@ class _FieldPathSource:
     """A message read through a list of dotted float field paths (``fields``), checked at startup."""
 
     msg_type: type
+    raw = False
     DEFAULT_FIELDS: tuple[str, ...]
 
     def __init__(self, section: Section) -> None:
@@ -355,6 +359,7 @@ class TextSource:
     """std_msgs/String: the text as is (e.g. a language instruction)."""
 
     msg_type = String
+    raw = False
 
     def __init__(self, section: Section | None = None) -> None:
         del section  # no keys

@@ -352,7 +352,7 @@ class TrainMode:
         captured: dict[int, ObservationRow] = {}
 
         def capture(env: int) -> ObservationRow | None:
-            row = robot.observe(env, now_ns)
+            row = robot.observe(env, now_ns, starting=True)
             if row is not None:
                 captured[env] = row
             return row
