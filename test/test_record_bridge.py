@@ -129,7 +129,10 @@ def check_against_transcript(transcript: list, tagged: list[tuple[int, object]])
                 t_of[key] = float(array(rec.msg)[0])
             else:
                 got[key].append((parts[3], t_of.pop(key), tuple(array(rec.msg))))
-    assert len(sent) == N_ENVS * len({entry.connection for entry in transcript})
+    # every env reached the trainer on the last connection (on the first, an env whose robot DDS had not yet
+    # matched may not have started before the trainer's resync: the bridge starts no chunk before that)
+    last = max(entry.connection for entry in transcript)
+    assert {env for connection, env in sent if connection == last} == set(range(N_ENVS)), sorted(sent)
     for key, observations in sent.items():
         assert_prefix(got[key], observations, f"connection {key[0]} env {key[1]} observations", tail=2)
 
