@@ -56,7 +56,7 @@ def bridge_command(tree: Path, params_dir: Path, uri: str) -> list[str]:
     params = bridge_params("none", ENVS)
     params.update({"trainer.uri": uri, "control.rate_hz": RATE_HZ})
     path = common.write_params(params_dir / "bridge.yaml", params)
-    return common.python_module("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(path))
+    return common.bridge_command(tree, "--ros-args", "--params-file", str(path))
 
 
 def run_one(code: str, tree: Path, horizon: int, seconds: float, warmup: float) -> dict[str, Any]:

@@ -156,7 +156,7 @@ def run_one(
         recorder = Recorder(["/robot0/arm_cmd", "/reference/arm_cmd"])
         try:
             started.append(common.Child(common.python_script("timer_node.py", "--rate", f"{rate:g}")))
-            command = common.python_module("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(config))
+            command = common.bridge_command(tree, "--ros-args", "--params-file", str(config))
             # python -m puts the working directory first: the bridge imports plugrl_ros from ``tree``
             extra = {} if tree is None else {"env": common.ros_env(PYTHONPATH=str(tree)), "cwd": str(tree)}
             bridge = common.Child(command, **extra)

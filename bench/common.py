@@ -171,6 +171,14 @@ def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
+def bridge_command(tree: Path | None, *args: str) -> list[str]:
+    """The bridge of the package in ``tree`` (None: this checkout) as a command: an older tree (a baseline)
+    has its entry point where it was then (plugrl_ros/ros/ before the node package existed)."""
+    root = ROOT if tree is None else tree
+    module = "node" if (root / "plugrl_ros" / "node" / "bridge_main.py").exists() else "ros"
+    return python_module(f"plugrl_ros.{module}.bridge_main", *args)
+
+
 def python_script(name: str, *args: str) -> list[str]:
     return [sys.executable, str(ROOT / "bench" / name), *args]
 
