@@ -123,6 +123,7 @@ def test_a_10s_partition_mid_chunk_is_detected_within_the_bound_and_the_bridge_r
         started = time.monotonic()
         wait_for(probe, DEAD_LINK, ANSWER_TIMEOUT_S + 30)  # a chunk, then the bound, on a loaded machine
         detected = time.monotonic()
+        print(f"partition declared dead after {detected - started:.2f} s (answer bound {ANSWER_TIMEOUT_S:g} s)")
         held = probe.output()
         # the scenario's partition lasts 10 s; the bridge keeps trying meanwhile
         time.sleep(max(0.0, 10.0 - (detected - started)))
@@ -149,7 +150,9 @@ def test_a_half_open_link_is_detected_within_the_bound(relayed):
     with process(probe_command(relay.uri, "--mode", "lockstep")) as probe:
         assert relay.wait_writes_down(4, 60), probe.output()
         relay.cut_half_open()
+        cut = time.monotonic()
         wait_for(probe, DEAD_LINK, ANSWER_TIMEOUT_S + 30)
+        print(f"half-open link declared dead after {time.monotonic() - cut:.2f} s (bound {ANSWER_TIMEOUT_S:g} s)")
         code = probe.wait(180)
         report = trainer.report(timeout=30)
         output = probe.output()
