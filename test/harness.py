@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -74,7 +75,18 @@ class Child:
         )
 
     def wait(self, timeout: float) -> int:
-        return self.proc.wait(timeout)
+        """Its exit code; AssertionError after ``timeout`` with where it hangs (py-spy, if installed) and its output."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            stacks = "(py-spy not installed: no stacks)"
+            if shutil.which("py-spy"):
+                command = ["py-spy", "dump", "--pid", str(self.proc.pid)]
+                dump = subprocess.run(command, check=False, capture_output=True, text=True)
+                stacks = dump.stdout + dump.stderr
+            raise AssertionError(
+                f"still running after {timeout:g} s: {self.proc.args[-4:]}\n{stacks}\n--- output ---\n{self.output()}"
+            ) from None
 
     def stop(self, timeout: float = 15.0) -> int:
         return stop(self.proc, timeout)
