@@ -367,8 +367,8 @@ class DeployMode:
                     entry.message = "waiting for fresh observations after the reset"
                 else:
                     entry.worse(WARN, "stale: " + "; ".join(stale))
-            elif unheard := io.unheard_actuators():
-                entry.worse(WARN, f"no subscriber on {', '.join(unheard)} (commands would be lost)")
+            elif unheard := io.unheard_problem():
+                entry.worse(WARN, unheard)
             elif self.robot.paused:
                 entry.message = "paused"
             elif deploy.epoch is None:

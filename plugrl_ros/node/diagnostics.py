@@ -64,8 +64,8 @@ def env_state(io: EnvIO, env: EnvRollout, mode: TrainMode, paused: bool, now_ns:
         if all(reason.endswith("(nothing new since the reset)") for reason in stale):
             return OK, "waiting for fresh observations after the reset"
         return WARN, "stale: " + "; ".join(stale)
-    if unheard := io.unheard_actuators():
-        return WARN, f"no subscriber on {', '.join(unheard)} (commands would be lost)"
+    if unheard := io.unheard_problem():
+        return WARN, unheard
     if io.problem:
         return WARN, io.problem
     if paused:

@@ -187,7 +187,6 @@ class EnvIO:
         self._fresh_marks: list[int] | None = None
 
         self._actuators = []
-        self._actuator_topics = []
         self._wait_for_subscribers = config.control.wait_for_subscribers
         self._unheard_since_s: float | None = None
         self._unheard_warned_s = -math.inf
@@ -195,7 +194,6 @@ class EnvIO:
             topic = env_topic(namespace, action.topic)
             publisher = node.create_publisher(action.sink.msg_type, topic, qos_profile(action.qos, 10))
             self._actuators.append((action, publisher, action.make_shaper()))
-            self._actuator_topics.append((publisher.topic_name, publisher))
 
         self.reset = ResetProcedure(node, namespace, config.reset, clock_s, callback_group)
 
@@ -291,7 +289,12 @@ class EnvIO:
         """
         if not self._wait_for_subscribers:
             return []
-        return [topic for topic, publisher in self._actuator_topics if publisher.get_subscription_count() == 0]
+        return [publisher.topic_name for _, publisher, _ in self._actuators if publisher.get_subscription_count() == 0]
+
+    def unheard_problem(self) -> str:
+        """What /diagnostics says of an actuator without a subscriber; empty if every one has one."""
+        unheard = self.unheard_actuators()
+        return f"no subscriber on {', '.join(unheard)} (commands would be lost)" if unheard else ""
 
     def observe(self, now_ns: int, starting: bool = False) -> ObservationRow | None:
         """The current observation, or None (and :attr:`problem` says why) if it is not fresh.
@@ -300,7 +303,7 @@ class EnvIO:
         actuator has no subscriber: the chunk's steps would reach no robot while the trainer (or the
         recording) counted them. A step's outcome is observed whatever the actuators' state.
         """
-        if starting and self._actuator_topics and self._unheard():
+        if starting and self._unheard():
             return None
         stale = self.stale_sources(now_ns)
         if stale:
