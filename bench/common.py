@@ -22,8 +22,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "test"):  # the package, and the test harness's child log
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from child_log import ChildLog  # noqa: E402
 
 # A ROS domain of its own, so a benchmark never talks to a test or another engineer's nodes.
 DEFAULT_DOMAIN_ID = "93"
@@ -126,9 +129,9 @@ class Child:
 
     def __init__(self, command: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> None:
         self.command = command
-        self._log = tempfile.TemporaryFile(mode="w+")
+        self._log = ChildLog()
         self.proc = subprocess.Popen(
-            command, env=env or ros_env(), stdout=self._log, stderr=subprocess.STDOUT, text=True, cwd=cwd
+            command, env=env or ros_env(), stdout=self._log.file, stderr=subprocess.STDOUT, text=True, cwd=cwd
         )
 
     @property
@@ -139,8 +142,7 @@ class Child:
         return self.proc.poll() is None
 
     def output(self) -> str:
-        self._log.seek(0)
-        return self._log.read()
+        return self._log.text()
 
     def stop(self, timeout: float = 15.0) -> int:
         if self.proc.poll() is None:

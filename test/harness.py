@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import rclpy
+from child_log import ChildLog
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
@@ -64,11 +64,11 @@ class Child:
 
     def __init__(self, command: list[str], env: dict[str, str] | None = None, session: bool = False) -> None:
         """``session``: in a process group of its own, for a terminal's Ctrl-C (SIGINT to the group)."""
-        self._log = tempfile.TemporaryFile(mode="w+")
+        self._log = ChildLog()
         self.proc = subprocess.Popen(
             command,
             env=env or ros_env(),
-            stdout=self._log,
+            stdout=self._log.file,
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=session,
@@ -92,8 +92,7 @@ class Child:
         return stop(self.proc, timeout)
 
     def output(self) -> str:
-        self._log.seek(0)
-        return self._log.read()
+        return self._log.text()
 
 
 @contextmanager
