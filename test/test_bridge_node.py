@@ -1147,8 +1147,11 @@ def test_with_use_sim_time_the_achieved_rate_is_measured_in_simulated_time(tmp_p
         # diagnostics come every 0.2 s of simulated time; skip the first second of it
         _, diag = first_diag(diagnostics, lambda m: m.header.stamp.sec >= 3, 20, "diagnostics after 2 s of sim time")
     level, message, control = statuses(diag)[f"{DIAG_PREFIX}: control"]
+    # measured on the wall clock it would be half the rate (the simulation runs at half real time)
     assert float(control["loop rate Hz"]) == pytest.approx(RATE_HZ, rel=0.2), control
-    assert level == OK, message
+    # On a loaded machine the bridge can miss ticks (rcl skips a missed period, in simulated time too: CI
+    # measured 44.8 Hz once), which rightly warns "below 50 Hz". No other warning may come (no "waiting").
+    assert level == OK or message.startswith("control loop at"), message
 
 
 # -- l. /diagnostics --------------------------------------------------------------------------------
