@@ -79,14 +79,20 @@ class Child:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            stacks = "(py-spy not installed: no stacks)"
-            if shutil.which("py-spy"):
-                command = ["py-spy", "dump", "--pid", str(self.proc.pid)]
-                dump = subprocess.run(command, check=False, capture_output=True, text=True)
-                stacks = dump.stdout + dump.stderr
             raise AssertionError(
-                f"still running after {timeout:g} s: {self.proc.args[-4:]}\n{stacks}\n--- output ---\n{self.output()}"
+                f"still running after {timeout:g} s: {self.proc.args[-4:]}\n{self.stacks()}\n"
+                f"--- output ---\n{self.output()}"
             ) from None
+
+    def stacks(self) -> str:
+        """Where its Python threads are now (py-spy, if installed), or how it ended."""
+        if self.proc.poll() is not None:
+            return f"(exited with {self.proc.returncode})"
+        if not shutil.which("py-spy"):
+            return "(py-spy not installed: no stacks)"
+        command = ["py-spy", "dump", "--pid", str(self.proc.pid)]
+        dump = subprocess.run(command, check=False, capture_output=True, text=True)
+        return dump.stdout + dump.stderr
 
     def stop(self, timeout: float = 15.0) -> int:
         return stop(self.proc, timeout)

@@ -162,9 +162,15 @@ def probe_bridge_command(uri: str, n_envs: int, mode: str = "lockstep", rate: fl
 
 @contextmanager
 def shown(child: Child, name: str) -> Iterator[Child]:
-    """Stop ``child`` with SIGINT when the block ends and print its output (pytest shows it on failure)."""
+    """Stop ``child`` with SIGINT when the block ends and print its output (pytest shows it on failure).
+
+    A block that fails also prints where the child was at that moment: its stacks, or its exit code.
+    """
     try:
         yield child
+    except BaseException:
+        print(f"--- {name} when the test failed ---\n{child.stacks()}")
+        raise
     finally:
         child.stop()
         print(f"--- {name} output ---\n{child.output()}")
