@@ -144,7 +144,6 @@ def test_the_headless_probe_waiting_to_reconnect_exits_0(gap):
 
 
 def test_the_ros_probe_stops_its_bridge_and_robot_in_order_and_exits_0():
-    # the probe's own first connection only reads the metadata: the bridge's connections serve the script
     settings = TrainerSettings(
         port=0,
         script=("resync", "serve"),
@@ -164,8 +163,8 @@ def test_the_ros_probe_stops_its_bridge_and_robot_in_order_and_exits_0():
     assert_clean(code, output)
     assert "interrupted: idling the actuators" in output, output
     assert report.failed == 0, report.text()
-    # the probe's connection read the metadata, the bridge's served the script: those two ended with 1000
-    assert report.connections == 3, report.text()
+    # the bridge's two connections (the resync's reconnect) and no other: the last ended with 1000
+    assert report.connections == 2, report.text()
     assert not [n for n in report.notes if "should close with code 1000" in n], report.notes
 
 
