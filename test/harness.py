@@ -63,8 +63,10 @@ class Child:
     """A child process whose output goes to a file (a full pipe would block it)."""
 
     def __init__(self, command: list[str], env: dict[str, str] | None = None, session: bool = False) -> None:
-        """``session``: in a process group of its own, for a terminal's Ctrl-C (SIGINT to the group)."""
+        """``session``: in a process group of its own, for a terminal's Ctrl-C (SIGINT to the group); it is
+        stopped as a group too, so a child it started (``ros2 run`` forwards no signal) does not outlive it."""
         self._log = ChildLog()
+        self._session = session
         self.proc = subprocess.Popen(
             command,
             env=env or ros_env(),
@@ -95,7 +97,25 @@ class Child:
         return dump.stdout + dump.stderr
 
     def stop(self, timeout: float = 15.0) -> int:
-        return stop(self.proc, timeout)
+        if not self._session:
+            return stop(self.proc, timeout)
+        code = self.proc.poll()
+        for signum in (signal.SIGINT, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, signum)  # the group outlives its leader: stop what it started
+            except ProcessLookupError:
+                break
+            try:
+                code = self.proc.wait(timeout)
+                # give the rest of the group the same time to end on the SIGINT
+                deadline = time.monotonic() + timeout
+                while _group_alive(self.proc.pid) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                if not _group_alive(self.proc.pid):
+                    break
+            except subprocess.TimeoutExpired:
+                continue
+        return self.proc.wait() if code is None else code
 
     def output(self) -> str:
         return self._log.text()
@@ -109,6 +129,14 @@ def process(command: list[str], env: dict[str, str] | None = None, session: bool
         yield child
     finally:
         child.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def stop(proc: subprocess.Popen, timeout: float = 15.0) -> int:

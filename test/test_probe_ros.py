@@ -161,7 +161,8 @@ def test_under_ros2_launch_a_bridge_restarted_while_the_probe_robot_keeps_runnin
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     setup = f"source {shlex.quote(str(workspace / 'install' / 'setup.bash'))}"
     config = workspace / "install" / "plugrl_ros" / "share" / "plugrl_ros" / "config" / "probe.yaml"
-    with process(shell(f"{setup} && exec ros2 run plugrl_ros probe_robot --envs 1")) as robot:
+    # (its own session: ros2 run forwards no signal to the robot, so the group is stopped)
+    with process(shell(f"{setup} && exec ros2 run plugrl_ros probe_robot --envs 1"), session=True) as robot:
         for run in range(3):
             trainer = TrainerThread(trainer_settings(script=("stop",), n_envs=1, feedbacks_per_connection=7))
             trainer.start()

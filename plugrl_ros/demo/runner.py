@@ -378,8 +378,10 @@ class _Child:
         return self.proc.poll()
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        interrupted = False
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
+            interrupted = True
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -390,7 +392,8 @@ class _Child:
                     self.proc.kill()
         code = self.proc.wait()
         self._log.close()
-        return code
+        # stopped in its first milliseconds, before Python had run a line of it: our SIGINT ended it, not a fault
+        return 0 if interrupted and code == -signal.SIGINT else code
 
 
 class Progress:

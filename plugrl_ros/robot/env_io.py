@@ -206,7 +206,15 @@ class EnvIO:
             publisher = node.create_publisher(action.sink.msg_type, topic, qos_profile(action.qos, 10))
             self._actuators.append((action, publisher, action.make_shaper()))
 
-        self.reset = ResetProcedure(node, namespace, config.reset, clock_s, callback_group, self.unmatched_sources)
+        self.reset = ResetProcedure(
+            node,
+            namespace,
+            config.reset,
+            clock_s,
+            callback_group,
+            self.unmatched_sources,
+            on_answer=lambda: on_input(index),  # the mode hears of it as of any input of the env
+        )
 
     # -- subscriptions -----------------------------------------------------
 

@@ -57,10 +57,14 @@ class ResetProcedure:
         clock_s: Callable[[], float],
         callback_group: object,
         unmatched: Callable[[], list[str]] = list,
+        on_answer: Callable[[], None] | None = None,
     ) -> None:
-        """``unmatched``: the env's topics that no publisher has matched yet (the reset waits for them)."""
+        """``unmatched``: the env's topics that no publisher has matched yet (the reset waits for them).
+        ``on_answer``: called on the executor thread when the service answers, so whoever drives the reset
+        polls it then instead of at its next timer tick (in lockstep a reset is on every episode's path)."""
         self._config = config
         self._unmatched = unmatched
+        self._on_answer = on_answer
         self.awaiting_publishers: list[str] = []  # the service is there, these topics are not yet
         self._found_at: float | None = None  # when the service was found (the wait for topics counts from then)
         self._publishers_said = False
@@ -207,6 +211,9 @@ class ResetProcedure:
         assert self._client is not None
         self.awaiting_publishers = []
         self._future = self._client.call_async(self._request)
+        if self._on_answer is not None:
+            on_answer = self._on_answer
+            self._future.add_done_callback(lambda _: on_answer())
         self._deadline = self._clock_s() + self._config.timeout_s
         self.state = ResetState.CALLING
 

@@ -97,7 +97,8 @@ class TrainerMetadata:
 
 
 def _stop(process: subprocess.Popen) -> int:
-    """SIGINT (never -9: DDS leaves shared-memory files behind), then SIGTERM, then kill."""
+    """SIGINT (never -9: DDS leaves shared-memory files behind), then SIGTERM, then kill; its exit status."""
+    interrupted = process.poll() is None
     for send in (lambda: process.send_signal(signal.SIGINT), process.terminate, process.kill):
         if process.poll() is not None:
             break
@@ -106,7 +107,9 @@ def _stop(process: subprocess.Popen) -> int:
             process.wait(_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             continue
-    return process.wait()
+    code = process.wait()
+    # stopped in its first milliseconds, before Python had run a line of it: our SIGINT ended it, not a fault
+    return 0 if interrupted and code == -signal.SIGINT else code
 
 
 def run_deployment(args: argparse.Namespace, client: ClientSettings) -> int:

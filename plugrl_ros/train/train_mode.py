@@ -304,7 +304,16 @@ class TrainMode:
             self._advance_resets()
             self._poll(now_ns)
             self._step(env)
-        elif self.rollout.envs[env].idle and self.rollout.connected:
+            return
+        rollout_env = self.rollout.envs[env]
+        if rollout_env.needs_reset:
+            # its reset service may just have answered: polled now, not at the next housekeeping tick
+            if not self.robot.reset(env):
+                return
+            self.rollout.reset_done(env)
+            if any(e.needs_reset and self.robot.envs[e.index].resetting for e in self.rollout.envs):
+                return  # another robot's answer is on its way: the last one sends them all in one infer
+        if rollout_env.idle and self.rollout.connected:
             self._poll()
 
     def _step(self, env: int) -> None:
