@@ -19,7 +19,11 @@ setup(
     python_requires=">=3.11",
     install_requires=["numpy", "msgpack>=1.0", "websockets>=15.0", "PyYAML", "mcap>=1.2", "mcap-ros2-support>=0.5"],
     # OpenCV comes from apt (python3-opencv, via rosdep) on a robot; a pip-only install adds it with [opencv].
-    extras_require={"opencv": ["opencv-python-headless"]},
+    extras_require={
+        "opencv": ["opencv-python-headless"],
+        # Gymnasium envs as ROS robots (plugrl-gym-robot); requirements/gym.txt pins what CI tests
+        "gym": ["gymnasium[classic-control,mujoco]>=1.2.2", "mujoco>=3.3"],
+    },
     zip_safe=True,
     maintainer="plugrl_ros maintainers",
     maintainer_email="maintainers@plugrl-ros.dev",
@@ -52,6 +56,9 @@ setup(
             "plugrl-test-trainer = plugrl_ros.executables:test_trainer",
             "plugrl-record-info = plugrl_ros.record.info:main",
             "plugrl-export = plugrl_ros.record.export:main",
+            # the gym extra (plugrl_ros[gym]): Gymnasium envs as robots
+            "gym_robot = plugrl_ros.executables:gym_robot",
+            "plugrl-gym-robot = plugrl_ros.executables:gym_robot",
         ],
     },
 )

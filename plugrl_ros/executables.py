@@ -74,6 +74,7 @@ MODULES = {
     "probe_robot": "plugrl_ros.tools.probe_robot",
     "test_trainer": "plugrl_ros.tools.test_trainer",
     "test_policy_server": "plugrl_ros.tools.test_policy_server",
+    "gym_robot": "plugrl_ros.gym.robot_node",
 }
 
 
@@ -110,3 +111,8 @@ def test_trainer() -> int:
 def test_policy_server() -> int:
     """``plugrl-test-policy-server``."""
     return start(MODULES["test_policy_server"])
+
+
+def gym_robot() -> int:
+    """``gym_robot`` / ``plugrl-gym-robot`` (the gym extra)."""
+    return start(MODULES["gym_robot"])
