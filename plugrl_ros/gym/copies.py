@@ -79,6 +79,10 @@ def make_env(env_id: str, camera: Camera | None = None) -> Any:
             # before mujoco is imported: without a display, GLFW (its default) cannot make a context
             os.environ.setdefault("MUJOCO_GL", "egl")
             kwargs.update(width=camera.width, height=camera.height)
+        else:
+            # classic control draws with pygame: no sound card is wanted, nor its greeting on stdout
+            os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+            os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     try:
         return gymnasium.make(spec.id, **kwargs)
     except (ImportError, gymnasium.error.DependencyNotInstalled) as exc:

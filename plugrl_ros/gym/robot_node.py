@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import array
+import math
 import sys
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -58,6 +60,7 @@ MODES = ("lockstep", "timer")
 # Timer mode: a driver that hears no action for this long stops using the last one.
 ACTION_TIMEOUT_S = 0.5
 CLOCK_REPEAT_S = 0.1
+WARNING_PERIOD_S = 5.0
 
 
 class _Robot:
@@ -85,6 +88,7 @@ class _Robot:
         self.action = self.idle_action
         self.action_ns = 0
         self.reported_end = False
+        self.warned_s = -math.inf  # when a refused action was last reported
 
 
 class GymRobot(Node):
@@ -100,7 +104,7 @@ class GymRobot(Node):
             self.create_subscription(Float64MultiArray, f"{robot.ns}/{ACTION}", self._on_action(robot), qos)
             self.create_service(Trigger, f"{robot.ns}/reset", self._on_reset(robot))
         self._dt_ns = round(float(getattr(self.robots[0].copy.env.unwrapped, "dt", 1.0 / rate_hz)) * 1e9)
-        self._clock = self.create_publisher(Clock, "/clock", qos) if mode == "lockstep" else None
+        self._clock_publisher = self.create_publisher(Clock, "/clock", qos) if mode == "lockstep" else None
         self._clock_steps = 0  # lockstep: the most steps any copy has taken
         if mode == "timer":
             for robot in self.robots:
@@ -141,8 +145,8 @@ class GymRobot(Node):
             robot.image.publish(image)
 
     def _publish_clock(self) -> None:
-        assert self._clock is not None
-        self._clock.publish(Clock(clock=Time(nanoseconds=(self._clock_steps + 1) * self._dt_ns).to_msg()))
+        assert self._clock_publisher is not None
+        self._clock_publisher.publish(Clock(clock=Time(nanoseconds=(self._clock_steps + 1) * self._dt_ns).to_msg()))
 
     # -- callbacks -----------------------------------------------------------
 
@@ -154,24 +158,26 @@ class GymRobot(Node):
             values = np.asarray(msg.data, dtype=np.float64)[msg.layout.data_offset :]
             problem = layout.problem(values)
             if problem is not None:
-                self.get_logger().warning(
-                    f"{topic}: action refused, {problem} (got {values.tolist()[:8]}); the env did not step",
-                    throttle_duration_sec=5.0,
-                )
+                self._refuse(robot, f"{topic}: action refused, {problem} (got {values.tolist()[:8]}); no step")
                 return
             if self.mode == "timer":
                 robot.action = values
                 robot.action_ns = self.get_clock().now().nanoseconds
                 return
             if robot.copy.over:
-                self.get_logger().warning(
-                    f"{topic}: action refused, the episode is over (call {robot.ns}/reset); the env did not step",
-                    throttle_duration_sec=5.0,
-                )
+                self._refuse(robot, f"{topic}: action refused, the episode is over (call {robot.ns}/reset); no step")
                 return
             self._step(robot, values)
 
         return callback
+
+    def _refuse(self, robot: _Robot, text: str) -> None:
+        """Warn of a refused action, at most once per :data:`WARNING_PERIOD_S` per copy (rclpy's throttle is
+        per call site: one copy's warnings would hide every other's)."""
+        now_s = time.monotonic()
+        if now_s - robot.warned_s >= WARNING_PERIOD_S:
+            robot.warned_s = now_s
+            self.get_logger().warning(text)
 
     def _step(self, robot: _Robot, values: np.ndarray) -> None:
         """Lockstep: one env step and its results."""
