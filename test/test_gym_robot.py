@@ -4,6 +4,7 @@ timer mode, and its printed config driving the real bridge."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ import pytest
 pytest.importorskip("gymnasium")
 
 import gymnasium
-from harness import Child, python_module, ros_env, wait_until
+from harness import ROOT, Child, free_port, python_module, ros_env, wait_until
 from rosgraph_msgs.msg import Clock
 from std_msgs.msg import Bool, Float64, Float64MultiArray
 from std_srvs.srv import Trigger
@@ -164,3 +165,27 @@ def test_the_camera_reaches_the_trainer_through_the_printed_config(tmp_path, env
     assert all(p.dtype == np.uint8 and p.shape[1:] == (24, 32, 3) for p in pictures)
     assert len({p.tobytes() for p in pictures}) > 1, "the pictures show the env moving"
     assert all(f["data"]["obs"]["states"]["observation"].shape[1] in (3, 4) for f in feedbacks)
+
+
+@pytest.mark.websockets_incidental
+def test_the_readme_commands_train_on_a_gymnasium_env_through_ros(tmp_path):
+    """README's three commands, as written (the first, the install, is how CI's gym pass made this venv),
+    with the demo trainer the README names: the robot, the printed config, the bridge; the learner improves."""
+    section = (ROOT / "README.md").read_text().split("## Gymnasium environments as robots", 1)[1].split("\n## ")[0]
+    install, robot_line, bridge_line = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1).splitlines()
+    assert install.startswith('scripts/setup-venv.sh .venv kilted "" gym')
+    assert robot_line.endswith(" &") and "TRAINER:8000" in bridge_line
+    trainer_line = re.search(r"`(plugrl-demo-trainer [^`]*)`", section.replace("\n", " ")).group(1)
+    port = free_port()
+    trainer_command = trainer_line.replace("--port 8000", f"--port {port}") + " --duration 25"
+    bridge_command = bridge_line.replace("TRAINER:8000", f"127.0.0.1:{port}")
+    shell = ["bash", "-c"]
+    with shown(Child([*shell, f"exec {trainer_command}"]), "demo trainer") as trainer:
+        with shown(Child([*shell, f"cd {tmp_path} && exec {robot_line.removesuffix('&')}"]), "gym robot"):
+            with shown(Child([*shell, f"cd {tmp_path} && {bridge_command}"]), "bridge") as bridge:
+                assert trainer.wait(90) == 0, trainer.output()
+                assert bridge.wait(30) == 0, bridge.output()
+    summary = dict(re.findall(r"(\w+) (-?[\d.]+)", trainer.output().split("summary: ", 1)[1].splitlines()[0]))
+    assert int(summary["episodes"]) >= 40, summary
+    assert float(summary["last_mean_return"]) > float(summary["first_mean_return"]), summary
+    assert "episode.max_steps" not in bridge.output(), "the printed config needs no correction"

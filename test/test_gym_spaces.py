@@ -120,3 +120,32 @@ def test_the_generated_config_maps_the_env_from_its_own_spaces_and_time_limit():
 def test_a_discrete_env_gets_its_integer_range_as_the_clip_limits():
     action = bridge_params("CartPole-v1", 1)["actions"]["action"]
     assert (action["min"], action["max"]) == ([0.0], [1.0])
+
+
+class _DictEnv(gymnasium.Env):
+    """A Dict observation (a position and a mode) and a Discrete action: each step adds it to the position."""
+
+    observation_space = spaces.Dict({"pos": spaces.Box(-10, 10, (2,), np.float32), "mode": spaces.Discrete(3)})
+    action_space = spaces.Discrete(3, start=-1)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return {"pos": self.pos.copy(), "mode": 0}, {}
+
+    def step(self, action):
+        self.pos = self.pos + np.float32(action)
+        return {"pos": self.pos.copy(), "mode": int(action) + 1}, 1.0, False, False, {}
+
+
+def test_a_dict_env_gets_one_state_per_key_in_its_config_and_its_rows():
+    gymnasium.register(id="PlugrlDictProbe-v0", entry_point=_DictEnv, max_episode_steps=7)
+    states = bridge_params("PlugrlDictProbe-v0", 1)["observations"]["states"]
+    assert {name: s["topic"] for name, s in states.items()} == {"mode": "observation/mode", "pos": "observation/pos"}
+    assert bridge_params("PlugrlDictProbe-v0", 1)["episode"]["max_steps"] == 7
+    copies = GymCopies("PlugrlDictProbe-v0", 1, seed=3)
+    start = copies.row(0).states["pos"].copy()
+    assert copies.step(0, np.array([0.7])) == (1.0, False, False)
+    row = copies.row(0).states
+    assert row["mode"].tolist() == [2.0]
+    assert np.array_equal(row["pos"], (start.astype(np.float32) + 1).astype(np.float64))
