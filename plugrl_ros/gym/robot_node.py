@@ -41,11 +41,10 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from rclpy.clock import Clock as Clock_
-from rclpy.clock import ClockType
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.time import Time
-from rosgraph_msgs.msg import Clock
+from rosgraph_msgs.msg import Clock as ClockMessage
 from sensor_msgs.msg import Image
 from std_msgs.msg import Bool, Float64, Float64MultiArray, MultiArrayDimension
 from std_srvs.srv import Trigger
@@ -104,7 +103,7 @@ class GymRobot(Node):
             self.create_subscription(Float64MultiArray, f"{robot.ns}/{ACTION}", self._on_action(robot), qos)
             self.create_service(Trigger, f"{robot.ns}/reset", self._on_reset(robot))
         self._dt_ns = round(float(getattr(self.robots[0].copy.env.unwrapped, "dt", 1.0 / rate_hz)) * 1e9)
-        self._clock_publisher = self.create_publisher(Clock, "/clock", qos) if mode == "lockstep" else None
+        self._clock_publisher = self.create_publisher(ClockMessage, "/clock", qos) if mode == "lockstep" else None
         self._clock_steps = 0  # lockstep: the most steps any copy has taken
         if mode == "timer":
             for robot in self.robots:
@@ -113,10 +112,11 @@ class GymRobot(Node):
         else:
             # In lockstep the observation is published only in answer to an action or a reset: any
             # other message could pass for a step's result. The bridge gets its first observation by
-            # resetting every copy when it starts (reset.on_start). Simulated time starts one step in:
-            # a clock at 0 reads as "no clock yet" to a node with use_sim_time. It is repeated on a wall-clock
-            # timer while no step moves it: a node started later hears it too.
-            self.create_timer(CLOCK_REPEAT_S, self._publish_clock, clock=Clock_(clock_type=ClockType.STEADY_TIME))
+            # resetting every copy when it starts (reset.on_start). Simulated time starts one step in
+            # (a clock at 0 reads as "no clock yet" to a node with use_sim_time) and is repeated on a
+            # wall-clock timer while no step moves it, so that a node started later hears it too.
+            steady = Clock(clock_type=ClockType.STEADY_TIME)
+            self.create_timer(CLOCK_REPEAT_S, self._publish_clock, clock=steady)
         self.get_logger().info(
             f"{n_copies} cop{'y' if n_copies == 1 else 'ies'} of {env_id} under "
             f"{namespace(0)}..{namespace(n_copies - 1)}; mode {mode}"
@@ -127,8 +127,11 @@ class GymRobot(Node):
 
     # -- publishing ----------------------------------------------------------
 
-    def _stamp(self) -> Time:
-        return self.get_clock().now().to_msg()
+    def _now(self) -> Time:
+        """Simulated time in lockstep (what /clock says), the node's clock in timer mode."""
+        if self._clock_publisher is not None:
+            return Time(nanoseconds=(self._clock_steps + 1) * self._dt_ns)
+        return self.get_clock().now()
 
     def _publish_observation(self, robot: _Robot) -> None:
         copy = robot.copy
@@ -139,14 +142,14 @@ class GymRobot(Node):
         if robot.image is not None:
             picture = copy.picture()
             image = Image(height=picture.shape[0], width=picture.shape[1], encoding="rgb8", step=picture.shape[1] * 3)
-            image.header.stamp = self._stamp()
+            image.header.stamp = self._now().to_msg()
             image.header.frame_id = f"{robot.ns}/{CAMERA}"
             image.data = array.array("B", picture.tobytes())
             robot.image.publish(image)
 
     def _publish_clock(self) -> None:
         assert self._clock_publisher is not None
-        self._clock_publisher.publish(Clock(clock=Time(nanoseconds=(self._clock_steps + 1) * self._dt_ns).to_msg()))
+        self._clock_publisher.publish(ClockMessage(clock=self._now().to_msg()))
 
     # -- callbacks -----------------------------------------------------------
 
