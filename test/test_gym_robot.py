@@ -178,7 +178,8 @@ def test_the_readme_commands_train_on_a_gymnasium_env_through_ros(tmp_path):
     trainer_line = re.search(r"`(plugrl-demo-trainer [^`]*)`", section.replace("\n", " ")).group(1)
     port = free_port()
     trainer_command = trainer_line.replace("--port 8000", f"--port {port}") + " --duration 25"
-    bridge_command = bridge_line.replace("TRAINER:8000", f"127.0.0.1:{port}")
+    # exec: a stop (SIGINT) must reach the bridge itself, not the shell that started it
+    bridge_command = bridge_line.replace("TRAINER:8000", f"127.0.0.1:{port}").replace("&& plugrl-", "&& exec plugrl-")
     shell = ["bash", "-c"]
     with shown(Child([*shell, f"exec {trainer_command}"]), "demo trainer") as trainer:
         with shown(Child([*shell, f"cd {tmp_path} && exec {robot_line.removesuffix('&')}"]), "gym robot"):
