@@ -279,15 +279,17 @@ def plot(results: dict[str, Any], path: Path) -> bool:
     learning = results["learning"]
     marks = np.asarray(learning["marks"])
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, style in (("direct", "-"), ("ros", "--")):
+    for name, style, width in (("direct", "-", 3.0), ("ros", "--", 1.5)):
         curves = np.asarray(learning["returns"][name])
-        mean, std = curves.mean(axis=0), curves.std(axis=0)
+        mean, std = curves.mean(axis=0), curves.std(axis=0, ddof=1 if len(curves) > 1 else 0)
         label = "direct (in-process client)" if name == "direct" else "through plugrl-gym-robot + bridge"
-        ax.plot(marks, mean, style, label=f"{label}, mean of {len(curves)} seeds")
-        ax.fill_between(marks, mean - std, mean + std, alpha=0.2)
+        line = ax.plot(marks, mean, style, linewidth=width, label=f"{label}: mean ± std of {len(curves)} seeds")[0]
+        ax.fill_between(marks, mean - std, mean + std, alpha=0.12, color=line.get_color())
+        for curve in curves:
+            ax.plot(marks, curve, style, linewidth=0.6, alpha=0.5, color=line.get_color())
     ax.set_xlabel("env steps")
-    ax.set_ylabel("episode return")
-    ax.set_title(f"{learning['env']}, trainer {learning['trainer']}: the same learning on both paths")
+    ax.set_ylabel("episode return (episodes ending in the last tenth)")
+    ax.set_title(f"{learning['env']}, trainer '{learning['trainer']}', same seeds on both paths")
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
