@@ -149,3 +149,23 @@ def test_a_dict_env_gets_one_state_per_key_in_its_config_and_its_rows():
     row = copies.row(0).states
     assert row["mode"].tolist() == [2.0]
     assert np.array_equal(row["pos"], (start.astype(np.float32) + 1).astype(np.float64))
+
+
+@pytest.mark.parametrize(
+    ("env_id", "observation_size", "bounds", "max_steps"),
+    [
+        ("Pendulum-v1", 3, [(-2.0, 2.0)], 200),
+        ("InvertedPendulum-v5", 4, [(-3.0, 3.0)], 1000),
+        ("Reacher-v5", 10, [(-1.0, 1.0)] * 2, 50),
+        ("HalfCheetah-v5", 17, [(-1.0, 1.0)] * 6, 1000),
+    ],
+)
+def test_the_issue_envs_map_their_observation_action_bounds_and_time_limit(env_id, observation_size, bounds, max_steps):
+    params = bridge_params(env_id, 1)
+    action = params["actions"]["action"]
+    assert list(zip(action["min"], action["max"])) == bounds and action["slice"] == [0, len(bounds)]
+    assert params["episode"]["max_steps"] == max_steps
+    copy = GymCopy(env_id, 0, seed=0)
+    copy.reset()
+    assert copy.states()["observation"].shape == (observation_size,)
+    copy.close()
