@@ -1,10 +1,50 @@
 """Build script: an ament_python ROS 2 package that also installs with plain pip."""
 
+import sys
 from glob import glob
+from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.develop import develop
 
 PACKAGE = "plugrl_ros"
+ROOT = Path(__file__).resolve().parent
+
+
+def executables() -> list[str]:
+    """Write the executables' scripts (plugrl_ros.executables says why they are scripts); their paths.
+
+    setup.cfg installs them into lib/plugrl_ros, where ``ros2 run`` looks; pip into the environment's bin/.
+    """
+    sys.path.insert(0, str(ROOT))  # the package being built, not an installed one
+    from plugrl_ros.executables import EXECUTABLES, script
+
+    folder = ROOT / "build" / "executables"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in EXECUTABLES:
+        path = folder / name
+        text = script(name)
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+        paths.append(str(path.relative_to(ROOT)))
+    return paths
+
+
+class Develop(develop):
+    """``setup.py develop`` (colcon build --symlink-install) installs the executables as they are, their
+    ``#!python`` pointed at this Python, not behind setuptools' development wrapper: that imports
+    pkg_resources (a second or more on a loaded machine) before their first statement."""
+
+    def install_egg_scripts(self, dist):
+        if dist is not self.dist:
+            return super().install_egg_scripts(dist)
+        for script in self.distribution.scripts or []:
+            text = (ROOT / script).read_text()
+            first, rest = text.split("\n", 1)
+            self.write_script(Path(script).name, first.replace("#!python", f"#!{sys.executable}", 1) + "\n" + rest)
+        return None
+
 
 setup(
     name=PACKAGE,
@@ -37,28 +77,8 @@ setup(
         "Operating System :: POSIX :: Linux",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
-    entry_points={
-        "console_scripts": [
-            # Every node, trainer and probe starts through plugrl_ros.executables (the bridge through its
-            # own light module): Ctrl-C is safe from its first moment, before the heavy imports.
-            "bridge = plugrl_ros.node.bridge_main:main",
-            "demo_robot = plugrl_ros.executables:demo_robot",
-            "demo_trainer = plugrl_ros.executables:demo_trainer",
-            "probe_robot = plugrl_ros.executables:probe_robot",
-            "test_trainer = plugrl_ros.executables:test_trainer",
-            "plugrl-bridge = plugrl_ros.node.bridge_main:main",
-            "plugrl-demo = plugrl_ros.executables:demo",
-            "plugrl-demo-robot = plugrl_ros.executables:demo_robot",
-            "plugrl-demo-trainer = plugrl_ros.executables:demo_trainer",
-            "plugrl-probe = plugrl_ros.executables:probe",
-            "plugrl-probe-robot = plugrl_ros.executables:probe_robot",
-            "plugrl-test-policy-server = plugrl_ros.executables:test_policy_server",
-            "plugrl-test-trainer = plugrl_ros.executables:test_trainer",
-            "plugrl-record-info = plugrl_ros.record.info:main",
-            "plugrl-export = plugrl_ros.record.export:main",
-            # the gym extra (plugrl_ros[gym]): Gymnasium envs as robots
-            "gym_robot = plugrl_ros.executables:gym_robot",
-            "plugrl-gym-robot = plugrl_ros.executables:gym_robot",
-        ],
-    },
+    # Every node, trainer and probe is a generated script, not a console-script entry point: Ctrl-C is a
+    # stop request from its first statement, before the entry point machinery and the heavy imports.
+    scripts=executables(),
+    cmdclass={"develop": Develop},
 )

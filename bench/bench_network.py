@@ -50,9 +50,10 @@ def probe_children(uri: str, mode: str, reuse: bool, prefix: list[str]) -> list[
     )
     options = build_parser().parse_args(
         ["--server", uri, "--envs", "1", "--mode", mode, "--rate", f"{RATE_HZ}", "--quiet"]
+        + ["--action-dim", str(ACTION_DIM)]
         + ([] if reuse else ["--no-reuse"])
     )
-    bridge = bridge_command(options, str(shipped_file("config", "probe.yaml")), ACTION_DIM)
+    bridge = bridge_command(options, str(shipped_file("config", "probe.yaml")), "plugrl_bridge")
     return [prefix + robot, prefix + bridge]
 
 

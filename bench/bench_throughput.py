@@ -62,9 +62,10 @@ def client_children(kind: str, uri: str, n: int, reuse: bool) -> list[list[str]]
     # plugrl-probe's own defaults for every option not given here
     options = build_parser().parse_args(
         ["--server", uri, "--envs", str(n), "--mode", "lockstep", "--rate", "50", "--quiet"]
+        + ["--action-dim", str(ACTION_DIM)]
         + ([] if reuse else ["--no-reuse"])
     )
-    return [robot, bridge_command(options, str(shipped_file("config", "probe.yaml")), ACTION_DIM)]
+    return [robot, bridge_command(options, str(shipped_file("config", "probe.yaml")), "plugrl_bridge")]
 
 
 def run_one(kind: str, n: int, reuse: bool, seconds: float, warmup: float) -> dict[str, Any]:

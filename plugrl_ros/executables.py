@@ -1,12 +1,21 @@
-"""The package's executables, started so that Ctrl-C is safe from their first moment.
+"""The package's executables, started so that Ctrl-C is safe from their first statement.
 
-The console scripts (pip's and colcon's) call the functions here, and the
-package starts its own subprocesses with :func:`command`. Either way the stop
-handlers of :mod:`plugrl_ros.stop_request` are installed before the
-executable's module is imported (rclpy, numpy, OpenCV: up to a second), and a
-stop requested meanwhile ends the process with status 0 before it starts
-anything. A subprocess never imports ``plugrl_ros`` from its current directory
-(``python -m`` would, from a source checkout): it runs the installed package.
+Each executable is a small script that setup.py generates from :func:`script`
+(not a console-script entry point: the wrappers pip and setuptools generate
+import ``re``, ``importlib.metadata`` and the entry point's package first, a
+second or more on a loaded robot computer, during which a Ctrl-C printed a
+``KeyboardInterrupt`` traceback). Its first statements record SIGINT and
+SIGTERM with the builtin ``_signal`` module; only then come the site packages
+(it starts with ``python -S`` where the installer keeps that flag: colcon's
+does, pip drops it), this module, and the executable's own module with its
+heavy imports (rclpy, numpy, OpenCV). A stop requested meanwhile ends the
+process with status 0 before it starts anything. What remains is Python's own
+start-up before the script's first statement (about 15 ms with -S, 50 ms
+with the site packages, on an idle 2-core machine).
+
+The package starts its own subprocesses the same way, with :func:`command`,
+and never imports ``plugrl_ros`` from its current directory (``python -m``
+would, from a source checkout): it runs the installed package.
 """
 
 from __future__ import annotations
@@ -16,11 +25,32 @@ import sys
 
 from plugrl_ros import stop_request
 
-# What ``python -S -c`` runs for :func:`command`. Site initialisation (the venv, .pth files: a tenth
-# of a second on a busy machine) comes after a handler that records a stop, not before (the builtin
-# _signal: the signal module's own imports take as long); and the
-# current directory that -c puts first on sys.path goes (before site would make it absolute), so
-# the installed package is the one imported.
+# executable -> the module whose main() it runs: a ROS name (ros2 run plugrl_ros NAME) and a plugrl-* name
+EXECUTABLES = {
+    "bridge": "plugrl_ros.node.bridge_main",
+    "demo_robot": "plugrl_ros.demo.robot_node",
+    "demo_trainer": "plugrl_ros.demo.trainer",
+    "probe_robot": "plugrl_ros.tools.probe_robot",
+    "test_trainer": "plugrl_ros.tools.test_trainer",
+    "plugrl-bridge": "plugrl_ros.node.bridge_main",
+    "plugrl-demo": "plugrl_ros.demo.runner",
+    "plugrl-demo-robot": "plugrl_ros.demo.robot_node",
+    "plugrl-demo-trainer": "plugrl_ros.demo.trainer",
+    "plugrl-probe": "plugrl_ros.tools.probe",
+    "plugrl-probe-robot": "plugrl_ros.tools.probe_robot",
+    "plugrl-test-policy-server": "plugrl_ros.tools.test_policy_server",
+    "plugrl-test-trainer": "plugrl_ros.tools.test_trainer",
+    "plugrl-record-info": "plugrl_ros.record.info",
+    "plugrl-export": "plugrl_ros.record.export",
+    # the gym extra (plugrl_ros[gym]): Gymnasium envs as robots
+    "gym_robot": "plugrl_ros.gym.robot_node",
+    "plugrl-gym-robot": "plugrl_ros.gym.robot_node",
+}
+
+# The start of every executable and child process. Site initialisation (the venv, .pth files: a tenth of a
+# second on a busy machine) comes after a handler that records a stop, not before (the builtin _signal: the
+# signal module's own imports take as long); and the current directory that -c puts first on sys.path goes
+# (before site would make it absolute), so the installed package is the one imported.
 _BOOTSTRAP = """\
 import _signal, sys
 early = []
@@ -28,28 +58,36 @@ for signum in (_signal.SIGINT, _signal.SIGTERM):
     _signal.signal(signum, lambda signum, frame: early.append(signum))
 if sys.path and sys.path[0] == "":
     del sys.path[0]
-import site
-site.main()
+if "site" not in sys.modules:
+    import site
+    site.main()
 from plugrl_ros.executables import run_module
-run_module(early)
+run_module(early, {module!r})
 """
+
+
+def script(name: str) -> str:
+    """The text of executable ``name`` (setup.py writes it; the installer points ``#!python`` at its Python)."""
+    module = EXECUTABLES[name]
+    header = f"#!python -S\n# {name}: runs {module}.main(), with Ctrl-C safe from here on (plugrl_ros.executables)\n"
+    return header + _BOOTSTRAP.format(module=module)
 
 
 def command(module: str, *args: str) -> list[str]:
     """The command line that runs ``module`` as ``python -m`` would, from the installed package."""
-    return [sys.executable, "-S", "-c", _BOOTSTRAP, module, *args]
+    return [sys.executable, "-S", "-c", _BOOTSTRAP.format(module=module), *args]
 
 
-def run_module(early: list[int]) -> None:
-    """The subprocess side of :func:`command`: ``sys.argv`` is ``['-c', module, *args]``.
+def run_module(early: list[int], module: str) -> None:
+    """The bootstrap's end: run ``module``'s main and exit with its status.
 
     ``early``: the signals that arrived before the package could be imported.
     """
     stop_request.install()
     if early:
         stop_request.request()
-    module = sys.argv.pop(1)
-    sys.argv[0] = module
+    if sys.argv and sys.argv[0] == "-c":  # a child started by command(): named after its module
+        sys.argv[0] = module
     sys.exit(start(module))
 
 
@@ -63,56 +101,3 @@ def start(module: str, args: list[str] | None = None) -> int:
         return main() if args is None else main(args)
     finally:
         stop_request.ignore_from_now()
-
-
-# the console scripts' functions below -> the module whose main() each runs
-MODULES = {
-    "demo": "plugrl_ros.demo.runner",
-    "demo_robot": "plugrl_ros.demo.robot_node",
-    "demo_trainer": "plugrl_ros.demo.trainer",
-    "probe": "plugrl_ros.tools.probe",
-    "probe_robot": "plugrl_ros.tools.probe_robot",
-    "test_trainer": "plugrl_ros.tools.test_trainer",
-    "test_policy_server": "plugrl_ros.tools.test_policy_server",
-    "gym_robot": "plugrl_ros.gym.robot_node",
-}
-
-
-def demo() -> int:
-    """``plugrl-demo``."""
-    return start(MODULES["demo"])
-
-
-def demo_robot() -> int:
-    """``demo_robot`` / ``plugrl-demo-robot``."""
-    return start(MODULES["demo_robot"])
-
-
-def demo_trainer() -> int:
-    """``demo_trainer`` / ``plugrl-demo-trainer``."""
-    return start(MODULES["demo_trainer"])
-
-
-def probe() -> int:
-    """``plugrl-probe``."""
-    return start(MODULES["probe"])
-
-
-def probe_robot() -> int:
-    """``probe_robot`` / ``plugrl-probe-robot``."""
-    return start(MODULES["probe_robot"])
-
-
-def test_trainer() -> int:
-    """``test_trainer`` / ``plugrl-test-trainer``."""
-    return start(MODULES["test_trainer"])
-
-
-def test_policy_server() -> int:
-    """``plugrl-test-policy-server``."""
-    return start(MODULES["test_policy_server"])
-
-
-def gym_robot() -> int:
-    """``gym_robot`` / ``plugrl-gym-robot`` (the gym extra)."""
-    return start(MODULES["gym_robot"])

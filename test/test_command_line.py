@@ -8,6 +8,9 @@ become, including the files launch_ros writes.
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -293,3 +296,28 @@ def test_a_section_name_rcl_refuses_names_the_file_and_rcls_reason(tmp_path):
 
 def test_an_error_naming_no_file_or_override_is_left_as_rcl_says_it():
     assert explain_refusal("failed to initialize rcl: unknown ROS arguments: --no-such-ros-flag") is None
+
+
+def installed(executable: str) -> str:
+    """An executable as the venv installed it (what a user types)."""
+    return str(Path(sys.executable).parent / executable)
+
+
+def test_bridge_help_says_how_to_pass_parameters_and_where_every_key_is_documented():
+    done = subprocess.run(
+        [installed("plugrl-bridge"), "--help"], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: plugrl-bridge --ros-args --params-file PARAMS.yaml"), done.stdout
+    reference = re.search(r"every key, commented, with its default:\s+(\S+)", done.stdout)
+    assert reference and Path(reference.group(1)).name == "bridge.yaml" and Path(reference.group(1)).is_file()
+    assert "ros2 param describe /plugrl_bridge" in done.stdout
+    assert "configuration error" not in done.stdout + done.stderr
+
+
+def test_bridge_refuses_an_option_of_its_own_and_points_at_help():
+    done = subprocess.run(
+        [installed("plugrl-bridge"), "--rate", "50"], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "takes no options of its own (got --rate 50)" in done.stderr and "--help" in done.stderr

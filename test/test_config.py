@@ -87,3 +87,15 @@ def test_a_ws_uri_needs_no_ca_file_even_when_the_params_file_names_one(tmp_path)
     check_environment(load_config(missing), {})
     with pytest.raises(ConfigError, match=r"trainer\.ca_file: .*cannot load it as a CA bundle"):
         check_environment(load_config({**missing, "trainer.uri": "wss://localhost:8443"}), {})
+
+
+def test_an_actuator_without_a_slice_takes_the_whole_action_and_must_be_the_only_one():
+    whole = {k: v for k, v in MINIMAL.items() if k != "actions.arm.slice"}
+    config = load_config(whole)
+    assert config.takes_whole_action and config.action_width_needed == 1
+    assert not load_config(MINIMAL).takes_whole_action
+    second = {"actions.gripper.topic": "grip", "actions.gripper.type": "std_msgs/Float64"}
+    with pytest.raises(
+        ConfigError, match=r"actions\.arm\.slice: got \(missing\); a slice: without one .* only actuator"
+    ):
+        load_config({**whole, **second})

@@ -393,18 +393,11 @@ def test_demo_launch_file_starts_the_three_executables_with_the_demo_config():
     assert 'ExecutableInPackage("demo_trainer", "plugrl_ros")' in source
     assert 'executable="demo_robot"' in source and 'executable="bridge"' in source
     assert '"demo.yaml"' in source
-    entry_points = (ROOT / "setup.py").read_text()
-    for script, function in [
-        ("demo_robot", "demo_robot"),
-        ("demo_trainer", "demo_trainer"),
-        ("plugrl-demo", "demo"),
-        ("plugrl-demo-robot", "demo_robot"),
-        ("plugrl-demo-trainer", "demo_trainer"),
-    ]:
-        assert f'"{script} = plugrl_ros.executables:{function}"' in entry_points
-    assert executables.MODULES["demo"] == "plugrl_ros.demo.runner"
-    assert executables.MODULES["demo_robot"] == "plugrl_ros.demo.robot_node"
-    assert executables.MODULES["demo_trainer"] == "plugrl_ros.demo.trainer"
+    assert executables.EXECUTABLES["plugrl-demo"] == "plugrl_ros.demo.runner"
+    for name in ("demo_robot", "plugrl-demo-robot"):
+        assert executables.EXECUTABLES[name] == "plugrl_ros.demo.robot_node"
+    for name in ("demo_trainer", "plugrl-demo-trainer"):
+        assert executables.EXECUTABLES[name] == "plugrl_ros.demo.trainer"
 
 
 @pytest.mark.ros

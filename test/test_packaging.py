@@ -140,13 +140,15 @@ def test_the_launch_file_starts_the_bridge_executable_with_the_shipped_config():
     arguments = launch_arguments(ROOT / "launch" / "bridge.launch.py")
     assert arguments == {"config", "mode", "server_uri", "policy_uri", "namespace", "log_level"}
     assert 'executable="bridge"' in source and '"bridge.yaml"' in source
-    entry_points = (ROOT / "setup.py").read_text()
-    assert re.search(r'"bridge = plugrl_ros\.node\.bridge_main:main"', entry_points)
+    from plugrl_ros.executables import EXECUTABLES
+
+    assert EXECUTABLES["bridge"] == "plugrl_ros.node.bridge_main"
 
 
 @pytest.mark.ros
 @pytest.mark.slow
-def test_colcon_builds_an_install_tree_whose_bridge_starts_with_the_shipped_config(tmp_path):
+@pytest.mark.parametrize("symlink", [False, True], ids=["install", "symlink-install"])
+def test_colcon_builds_an_install_tree_whose_bridge_starts_with_the_shipped_config(tmp_path, symlink):
     colcon = shutil.which("colcon")
     if colcon is None:
         pytest.fail("colcon is not installed; it is in requirements/dev.txt")
@@ -156,7 +158,7 @@ def test_colcon_builds_an_install_tree_whose_bridge_starts_with_the_shipped_conf
     )
     shutil.copytree(ROOT, source, ignore=ignore)
     built = subprocess.run(
-        [colcon, "build", "--base-paths", "src"],
+        [colcon, "build", "--base-paths", "src", *(["--symlink-install"] if symlink else [])],
         cwd=tmp_path,
         env=ros_env(),
         capture_output=True,
@@ -172,6 +174,12 @@ def test_colcon_builds_an_install_tree_whose_bridge_starts_with_the_shipped_conf
     assert (prefix / "share" / "ament_index" / "resource_index" / "packages" / "plugrl_ros").is_file()
     bridge = prefix / "lib" / "plugrl_ros" / "bridge"
     assert bridge.is_file() and os.access(bridge, os.X_OK)
+    from plugrl_ros.executables import EXECUTABLES
+
+    for name in EXECUTABLES:  # what ros2 run starts: the scripts, run with -S, handlers first (no wrapper)
+        text = (prefix / "lib" / "plugrl_ros" / name).read_text()
+        assert text.startswith(f"#!{sys.executable} -S\n"), text
+        assert first_statements_install_the_stop_handlers(text), text
 
     site = next(prefix.glob("lib/python3*/site-packages"))
     env = ros_env()
@@ -210,31 +218,36 @@ def _shipped_probe_config(env: dict) -> str:
     return out.stdout
 
 
-def _console_scripts() -> dict[str, str]:
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    scripts = next(
-        node.value for node in ast.walk(tree) if isinstance(node, ast.keyword) and node.arg == "entry_points"
-    )
-    listed = ast.literal_eval(scripts)["console_scripts"]
-    return dict(tuple(part.strip() for part in line.split("=")) for line in listed)
+def first_statements_install_the_stop_handlers(text: str) -> bool:
+    """An executable's first statements import only the builtin _signal and record SIGINT and SIGTERM with it."""
+    body = ast.parse(text).body
+    first = body[0]
+    if not (isinstance(first, ast.Import) and [a.name for a in first.names] == ["_signal", "sys"]):
+        return False
+    handlers = next((i for i, node in enumerate(body) if isinstance(node, ast.For)), None)
+    if handlers is None or "_signal.signal" not in ast.unparse(body[handlers]):
+        return False
+    return not any(isinstance(node, ast.Import | ast.ImportFrom) for node in body[1:handlers])
 
 
-def test_every_console_script_starts_with_the_stop_handlers_before_its_heavy_imports():
+def test_every_executable_starts_with_the_stop_handlers_before_its_heavy_imports():
     import importlib
 
     from plugrl_ros import executables
 
-    scripts = _console_scripts()
-    # every node, trainer and probe an operator runs (the record tools are offline file tools)
-    operated = [name for name, target in scripts.items() if not target.startswith("plugrl_ros.record.")]
-    assert {"bridge", "plugrl-probe", "plugrl-test-trainer", "demo_trainer", "demo_robot"} <= set(operated)
-    for name in operated:
-        target = scripts[name]
-        module, function = target.split(":")
-        assert module in ("plugrl_ros.executables", "plugrl_ros.node.bridge_main"), f"{name} -> {target}"
-        assert callable(getattr(importlib.import_module(module), function)), f"{name} -> {target}"
-    for module in executables.MODULES.values():
-        assert callable(importlib.import_module(module).main), module
+    operated = {"bridge", "plugrl-probe", "plugrl-test-trainer", "demo_trainer", "demo_robot", "probe_robot"}
+    assert operated <= set(executables.EXECUTABLES)
+    for name, module in executables.EXECUTABLES.items():
+        assert callable(importlib.import_module(module).main), f"{name} -> {module}"
+        text = executables.script(name)
+        assert text.startswith("#!python -S\n"), name  # an installer points it at its Python (colcon keeps -S)
+        assert first_statements_install_the_stop_handlers(text), text
+        assert f"run_module(early, {module!r})" in text
+    # the installed executables are these scripts (pip: in the environment's bin/), not entry-point wrappers
+    for name in executables.EXECUTABLES:
+        installed = (Path(sys.executable).parent / name).read_text()
+        assert installed.startswith(f"#!{sys.executable}") and first_statements_install_the_stop_handlers(installed)
+        assert "importlib.metadata" not in installed and "pkg_resources" not in installed, installed
     # the light modules import nothing heavy: the handlers are in place before rclpy is
     light = [ROOT / "plugrl_ros" / "executables.py", ROOT / "plugrl_ros" / "stop_request.py"]
     light.append(ROOT / "plugrl_ros" / "node" / "bridge_main.py")

@@ -18,6 +18,8 @@ from harness import ROOT, TrainerThread, process, python_module, ros_env
 from plugrl_ros.shipped import shipped_file
 from plugrl_ros.tools.test_trainer import (
     INFO_EPISODE,
+    NO_EMPTY_CONNECTIONS,
+    RECONNECTS,
     RESET_OBSERVATION,
     REWARD_SUM,
     TERMINAL_OBSERVATION,
@@ -79,14 +81,19 @@ def test_the_ros_probe_with_a_horizon_of_one_and_float64_actions():
     assert report.failed == 0, report.text() + output
 
 
-def test_the_ros_probe_configures_its_robot_and_bridge_with_the_trainers_action_width_and_horizon():
-    # no --action-dim: the probe reads the trainer's metadata before it starts the robot and the bridge
+@pytest.mark.parametrize("mode", ["lockstep", "timer"])
+def test_the_ros_probe_learns_the_trainers_width_and_horizon_on_its_one_connection(mode):
+    # no --action-dim: the bridge connects (once) and the probe reads the trainer's metadata from its
+    # /diagnostics before it starts the robot; the trainer sees exactly one connection per entry of its
+    # script (resync: the bridge's reconnect; stop: the end), never one that connected and left
     settings = trainer_settings(script=("resync", "stop"), horizon=6, action_dim=3)
-    code, report, output = run_probe(settings, "--envs", "2", "--mode", "timer", "--rate", "50")
+    code, report, output = run_probe(settings, "--envs", "2", "--mode", mode, "--rate", "50")
     assert code == 0, output
     assert report.failed == 0, report.text() + output
     assert not report.incomplete, report.text() + output
     assert report.clause(TIME_MAJOR).passed >= 12, report.text()
+    assert report.connections == 2, report.text() + output
+    assert report.clause(NO_EMPTY_CONNECTIONS).passed == 2 and report.clause(RECONNECTS).failed == 0
 
 
 def bridge_for_probe(uri: str, envs: int, mode: str) -> list[str]:

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,7 +145,6 @@ def test_the_headless_probe_waiting_to_reconnect_exits_0(gap):
 
 
 def test_the_ros_probe_stops_its_bridge_and_robot_in_order_and_exits_0():
-    # the probe's own first connection only reads the metadata: the bridge's connections serve the script
     settings = TrainerSettings(
         port=0,
         script=("resync", "serve"),
@@ -164,9 +164,47 @@ def test_the_ros_probe_stops_its_bridge_and_robot_in_order_and_exits_0():
     assert_clean(code, output)
     assert "interrupted: idling the actuators" in output, output
     assert report.failed == 0, report.text()
-    # the probe's connection read the metadata, the bridge's served the script: those two ended with 1000
-    assert report.connections == 3, report.text()
+    # the bridge's two connections (the resync's reconnect) and no other: the last ended with 1000
+    assert report.connections == 2, report.text()
     assert not [n for n in report.notes if "should close with code 1000" in n], report.notes
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether ``pid`` has a handler for SIGTERM: Python installs none of its own, the executables' first
+    statements do (so from then on a Ctrl-C is a stop request)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.3])
+@pytest.mark.parametrize(
+    "name",
+    ["bridge", "plugrl-probe", "plugrl-test-trainer", "demo_trainer", "demo_robot", "probe_robot", "plugrl-demo"],
+)
+def test_ctrl_c_from_an_installed_executables_first_statement_on_ends_it_quietly(tmp_path, name, delay):
+    # The installed script as a user runs it (pip's, in the environment's bin/): a terminal's Ctrl-C the moment
+    # its first statements have put the handlers in place, or a little later (site packages, heavy imports).
+    # What comes before that is Python's own start-up (test_packaging holds the scripts to it).
+    params = write_params(
+        tmp_path / "bridge.yaml",
+        bridge_params(
+            "ws://127.0.0.1:9",
+            observations=STATE,
+            actions={"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1]}},
+        ),
+    )
+    command = [str(Path(sys.executable).parent / name)]
+    command += ["--ros-args", "--params-file", str(params)] if name == "bridge" else []
+    command += ["--output", str(tmp_path / "demo")] if name == "plugrl-demo" else []
+    with process(command, session=True) as child:
+        wait_until(lambda: child.proc.poll() is not None or catches_sigterm(child.proc.pid), 30, "the stop handlers")
+        time.sleep(delay)  # the moment of the Ctrl-C, not a synchronisation
+        ctrl_c(child.proc.pid, 0.0)
+        code = child.wait(60)
+        output = child.output()
+    assert_clean(code, output)
 
 
 # A signal at the most awkward moment of a start: while a module is being imported (before rclpy is up).

@@ -162,10 +162,10 @@ def test_a_silent_robot_with_no_reset_configured_is_an_error_on_diagnostics(tmp_
 
 
 def test_a_reset_waits_until_the_robots_topics_have_matched(tmp_path, robot):
-    # The robot's reset service is up at once, its publishers only 5 s later: a reset called before they
+    # The robot's reset service is up at once, its publishers only 8 s later: a reset called before they
     # matched would publish its answer to nobody. The bridge waits for them, so no answer is lost.
     sim = SimRobot(robot.node, publishers=False)
-    timer = threading.Timer(5.0, sim.create_publishers)
+    timer = threading.Timer(8.0, sim.create_publishers)
     timer.start()
     try:
         with ScriptedTrainer({"action_horizon": 1, "action_dim": 1}) as trainer:

@@ -33,7 +33,7 @@ def sink(type_name: str, period_s: float = 0.02, **values):
     return out
 
 
-def shaper(width: int, **values) -> ActionShaper:
+def shaper(width: int | None, **values) -> ActionShaper:
     sec = section(**values)
     out = ActionShaper.from_section(sec, width)
     sec.finish()
@@ -67,9 +67,32 @@ def test_float64_multiarray_width_comes_from_the_required_slice():
     assert list(msg.data) == [1.0, 2.0, 3.0]
 
 
-def test_float64_multiarray_without_slice_is_a_config_error():
-    with pytest.raises(ConfigError, match=rf"{PREFIX}\.slice: got \(missing\)"):
-        make_sink("std_msgs/Float64MultiArray", section(), 0.02)
+def test_float64_multiarray_without_a_slice_takes_the_whole_action_as_wide_as_it_comes():
+    out = sink("std_msgs/Float64MultiArray")
+    assert out.width is None
+    s = shaper(None, scale=2.0, offset=1.0, idle="zero")
+    assert s.idle_values() is None  # zero of what width? nothing is published before a first step
+    for width in (3, 7):
+        values = s.shape(np.arange(width, dtype=np.float64))
+        np.testing.assert_array_equal(values, 2.0 * np.arange(width) + 1.0)
+        assert list(out.build(values, STAMP).data) == values.tolist()
+        s.published(values)
+        np.testing.assert_array_equal(s.idle_values(), np.zeros(width))
+    assert s.shape(np.array([1.0, np.inf])) is None  # a non-finite element still idles it
+
+
+@pytest.mark.parametrize(
+    ("values", "key", "fragment"),
+    [
+        ({"min": [0.0, 0.0]}, "min", "per-element limits need a slice"),
+        ({"max": 1.0}, "max", "per-element limits need a slice"),
+        ({"max_delta": 0.1}, "max_delta", "per-element limits need a slice"),
+        ({"scale": [1.0, 2.0]}, "scale", r"one number \(applied to every element\)"),
+    ],
+)
+def test_a_whole_action_sink_refuses_per_element_settings_naming_the_key(values, key, fragment):
+    with pytest.raises(ConfigError, match=rf"{PREFIX}\.{key}: got .*{fragment}"):
+        shaper(None, **values)
 
 
 def test_joint_state_sink_sets_names_field_and_stamp():

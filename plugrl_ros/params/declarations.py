@@ -234,7 +234,12 @@ SPECS: tuple[Spec, ...] = (
     Spec("actions.<name>.topic", "str", REQUIRED, "topic to publish the commands on"),
     Spec("actions.<name>.type", "str", REQUIRED, "message type, pkg/Type or pkg/msg/Type"),
     Spec("actions.<name>.qos", "str", "reliable", "publisher QoS", choices=QOS_CHOICES),
-    Spec("actions.<name>.slice", "int list", PER_TYPE, "[start, stop) of the action vector ([0, width] if left out)"),
+    Spec(
+        "actions.<name>.slice",
+        "int list",
+        PER_TYPE,
+        "[start, stop) of the action vector ([0, width] if left out; a multi-array without one: the whole action)",
+    ),
     Spec("actions.<name>.joints", "str list", PER_TYPE, "JointState, JointTrajectory: joint names"),
     Spec(
         "actions.<name>.field", "str", PER_TYPE, "JointState: position/velocity/effort; JointTrajectory: positions/..."

@@ -22,6 +22,7 @@ from typing import Any
 from plugrl_ros.params.declarations import PER_TYPE, Spec, spec_for
 
 _MISSING: Any = object()
+MISSING = _MISSING  # a key that was not given, as a ConfigError shows it
 
 
 class ConfigError(Exception):

@@ -35,8 +35,6 @@ from plugrl_ros.ros.sources import ConversionError
 
 # An actuator without a subscriber for this long is reported (DDS matches a new pair in well under that).
 _UNHEARD_WARNING_S = 3.0
-# A reset waiting this long for the robot's publishers to match says so (discovery takes 0.5-3 s here).
-_PUBLISHERS_NOTICE_S = 3.0
 
 
 class Latest:
@@ -141,9 +139,6 @@ class EnvIO:
             Backoff(config.reset.retry_initial_s, config.reset.retry_max_s, jitter=False),
             can_reset=config.reset.mode != "none",
         )
-        self.awaiting_publishers: list[str] = []  # a reset waits for these topics' publishers to match
-        self._awaiting_publishers_since_s: float | None = None
-        self._awaiting_publishers_said = False
         self.nonfinite_actions = 0
         self._clock_s = clock_s
         self.step_sent_s = 0.0  # when the last step went out (monotonic)
@@ -211,7 +206,7 @@ class EnvIO:
             publisher = node.create_publisher(action.sink.msg_type, topic, qos_profile(action.qos, 10))
             self._actuators.append((action, publisher, action.make_shaper()))
 
-        self.reset = ResetProcedure(node, namespace, config.reset, clock_s, callback_group)
+        self.reset = ResetProcedure(node, namespace, config.reset, clock_s, callback_group, self.unmatched_sources)
 
     # -- subscriptions -----------------------------------------------------
 
@@ -341,37 +336,6 @@ class EnvIO:
                 unmatched.append(source.topic)
             seen.add(source.topic)
         return unmatched
-
-    def ready_to_reset(self, now_s: float) -> bool:
-        """Whether a reset may start now: every source has a matched publisher, or ``reset.timeout_s`` passed.
-
-        A robot answers its reset by publishing fresh observations; a subscription not yet matched to
-        the publisher would lose them (in lockstep, for ever: the robot then waits for a command).
-        """
-        self.awaiting_publishers = self.unmatched_sources()
-        if not self.awaiting_publishers:
-            self._awaiting_publishers_since_s = None
-            self._awaiting_publishers_said = False
-            return True
-        if self._awaiting_publishers_since_s is None:
-            self._awaiting_publishers_since_s = now_s
-        waited = now_s - self._awaiting_publishers_since_s
-        if waited < self._config.reset.timeout_s:
-            if waited > _PUBLISHERS_NOTICE_S and not self._awaiting_publishers_said:
-                self._awaiting_publishers_said = True  # (discovery takes a second or two: only a longer wait is news)
-                self._node.get_logger().info(
-                    f"env {self.index}: waiting for the robot's publishers on {', '.join(self.awaiting_publishers)} "
-                    "before resetting it (its answer would be lost)"
-                )
-            return False
-        self._node.get_logger().warning(
-            f"env {self.index}: no publisher on {', '.join(self.awaiting_publishers)} after "
-            f"{self._config.reset.timeout_s:g} s (reset.timeout_s); resetting it anyway"
-        )
-        self._awaiting_publishers_since_s = None
-        self._awaiting_publishers_said = False
-        self.awaiting_publishers = []
-        return True
 
     def observe(self, now_ns: int, starting: bool = False) -> ObservationRow | None:
         """The current observation, or None (and :attr:`problem` says why) if it is not fresh.

@@ -12,6 +12,13 @@ for, looked up on every poll (a local lookup: nothing reaches the robot) and
 called the moment it appears; after each ``timeout_s`` without it the reset is
 reported failing. So the first failed call waits ``retry_initial_s``, however
 long the service took to appear.
+
+Nor is the service called before the env's topics have matched the robot's
+publishers: the robot answers a reset by publishing, and a message sent before
+DDS matched the bridge's subscription reaches nobody (a lockstep robot then
+waits for a command for ever). Discovery matches endpoints one by one, so a
+service may be found seconds before the topics are; after ``timeout_s`` with the
+service there but a topic still unmatched, the reset is called anyway.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from std_srvs.srv import Empty, Trigger
 from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.ros.config import ResetConfig, env_topic
 from plugrl_ros.ros.qos import qos_profile
+
+# A reset waiting this long for the robot's publishers to match says so (discovery takes 0.5-3 s here).
+_PUBLISHERS_NOTICE_S = 3.0
 
 
 class ResetState(enum.Enum):
@@ -46,8 +56,14 @@ class ResetProcedure:
         config: ResetConfig,
         clock_s: Callable[[], float],
         callback_group: object,
+        unmatched: Callable[[], list[str]] = list,
     ) -> None:
+        """``unmatched``: the env's topics that no publisher has matched yet (the reset waits for them)."""
         self._config = config
+        self._unmatched = unmatched
+        self.awaiting_publishers: list[str] = []  # the service is there, these topics are not yet
+        self._found_at: float | None = None  # when the service was found (the wait for topics counts from then)
+        self._publishers_said = False
         self._clock_s = clock_s
         self._node = node
         self.state = ResetState.IDLE
@@ -107,8 +123,9 @@ class ResetProcedure:
         if self.state is ResetState.DISCOVERING:
             assert self._client is not None
             if self._client.service_is_ready():
-                self.failures -= self._missing  # it is there now: only failed calls still count in a row
-                self._send()
+                if self._topics_matched(now):
+                    self.failures -= self._missing  # it is there now: only failed calls still count in a row
+                    self._send()
             elif now >= self._deadline:
                 self._report_missing(now)
             return False
@@ -139,6 +156,7 @@ class ResetProcedure:
         if self._future is not None:
             self._forget(self._future)
         self._future = None
+        self.awaiting_publishers = []
         self.state = ResetState.IDLE
 
     def _forget(self, future: object) -> None:
@@ -148,17 +166,46 @@ class ResetProcedure:
             remove(future)
 
     def _call(self) -> None:
-        """Call the service, or wait for it to be discovered (a bridge just started, a robot restarting)."""
+        """Call the service, or wait for it (and the env's topics) to be discovered."""
         assert self._client is not None
         self._future = None
-        self._deadline = self._clock_s() + self._config.timeout_s
+        now = self._clock_s()
+        self._deadline = now + self._config.timeout_s
         self._missing = 0
+        self._found_at = None
         self.state = ResetState.DISCOVERING
-        if self._client.service_is_ready():
+        if self._client.service_is_ready() and self._topics_matched(now):
             self._send()
+
+    def _topics_matched(self, now: float) -> bool:
+        """The service is there: are the env's topics matched too (or has the wait for them run out)?"""
+        if self._found_at is None:
+            self._found_at = now
+        self.awaiting_publishers = self._unmatched()
+        if not self.awaiting_publishers:
+            self._publishers_said = False
+            return True
+        waited = now - self._found_at
+        log = self._node.get_logger()
+        if waited < self._config.timeout_s:
+            if waited > _PUBLISHERS_NOTICE_S and not self._publishers_said:
+                self._publishers_said = True  # (discovery takes a second or two: only a longer wait is news)
+                log.info(
+                    f"{self.target}: waiting for the robot's publishers on {', '.join(self.awaiting_publishers)} "
+                    "before calling it (its answer would be lost)"
+                )
+            return False
+        log.warning(
+            f"{self.target}: no publisher on {', '.join(self.awaiting_publishers)} {waited:.1f} s after the service "
+            f"appeared (reset.timeout_s {self._config.timeout_s:g}); calling it anyway"
+        )
+        self.awaiting_publishers = []
+        self._publishers_said = False
+        return True
 
     def _send(self) -> None:
         assert self._client is not None
+        self.awaiting_publishers = []
         self._future = self._client.call_async(self._request)
         self._deadline = self._clock_s() + self._config.timeout_s
         self.state = ResetState.CALLING

@@ -139,16 +139,12 @@ class RobotSide:
     def reset(self, env: int) -> bool:
         """Drive ``env``'s reset (started on the first call, never while paused); True once it has completed.
 
-        A reset starts once every source of the env has a matched publisher (or after ``reset.timeout_s``),
-        since the robot answers it by publishing. From its start on, ``env`` observes only messages newer
-        than that moment.
+        From its start on, ``env`` observes only messages newer than that moment.
         """
         io = self.envs[env]
         if not io.resetting:
             if self.paused:
                 return False  # an operator paused the robots: do not move them
-            if not io.ready_to_reset(time.monotonic()):
-                return False
             self._start_reset(io)
         return self._poll_reset(io)
 
@@ -179,8 +175,7 @@ class RobotSide:
         for io in self.envs:
             if io.recovering and io.resetting:
                 self._poll_reset(io)
-            # (a reset running, or waiting for the robot's publishers to match, is reported as such)
-            silent = [] if io.resetting or io.awaiting_publishers else io.stale_sources(now_ns)
+            silent = [] if io.resetting else io.stale_sources(now_ns)  # (a reset running is reported as such)
             movable = not (io.moved or io.resetting or paused)
             verdict = io.silence.check(now_s, silent, io.silence_limit_s(), movable)
             where = f"env {io.index} ({io.namespace or 'no namespace'})"

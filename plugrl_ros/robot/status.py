@@ -52,9 +52,9 @@ def env_condition(io: EnvIO, paused: bool, now_ns: int, now_s: float) -> tuple[b
     if io.resetting:
         if io.reset.failures:
             return WARN, f"reset failing ({io.reset.failures}x): {io.reset.last_error}"
+        if io.reset.awaiting_publishers:
+            return OK, f"waiting for the robot's publishers on {', '.join(io.reset.awaiting_publishers)} to reset it"
         return OK, "resetting again for silence" if io.recovering else f"resetting ({io.reset.state.value})"
-    if io.awaiting_publishers:
-        return OK, f"waiting for the robot's publishers on {', '.join(io.awaiting_publishers)} before resetting"
     if silent := io.silence.problem(now_s):
         return (ERROR if io.silence.repeated or not io.silence.can_reset else WARN), silent
     stale = io.stale_sources(now_ns)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plugrl_ros.params.policy import PolicyConfig, check_policy_environment, load_policy_config
-from plugrl_ros.params.section import ConfigError, Section, nest
+from plugrl_ros.params.section import MISSING, ConfigError, Section, nest
 from plugrl_ros.protocol.client import ClientSettings
 from plugrl_ros.record.settings import RecordSettings, parse_record_section
 from plugrl_ros.ros.images import make_image_source
@@ -84,7 +84,7 @@ class ActionConfig:
     sink: Any  # a Sink
     make_shaper: Callable[[], ActionShaper]  # one shaper (with its own hold state) per env
     start: int
-    stop: int
+    stop: int | None  # None: the whole action, as wide as the trainer sends it
     idle: str
 
 
@@ -172,8 +172,13 @@ class BridgeConfig:
 
     @property
     def action_width_needed(self) -> int:
-        """How many values per step the configured actions read."""
-        return max(a.stop for a in self.actions)
+        """How many values per step the configured actions read (at least)."""
+        return max(a.start + 1 if a.stop is None else a.stop for a in self.actions)
+
+    @property
+    def takes_whole_action(self) -> bool:
+        """An actuator takes the whole action, however wide the trainer sends it (a multi-array without a slice)."""
+        return any(a.stop is None for a in self.actions)
 
     def observation_topics(self) -> list[TopicConfig]:
         topics = [image.source for image in self.images]
@@ -443,11 +448,18 @@ def _actions(section: Section, period_s: float) -> tuple[ActionConfig, ...]:
         )
     if not actions:
         raise ConfigError(section.prefix, {}, "configure at least one action sink")
+    whole = [a for a in actions if a.stop is None]
+    if whole and len(actions) > 1:
+        raise ConfigError(
+            f"{whole[0].key}.slice",
+            MISSING,
+            "a slice: without one this actuator takes the whole action, so it must be the only actuator",
+        )
     section.finish()
     return tuple(actions)
 
 
-def _shaper(values: dict, prefix: str, width: int) -> ActionShaper:
+def _shaper(values: dict, prefix: str, width: int | None) -> ActionShaper:
     return ActionShaper.from_section(Section(values, prefix), width)
 
 

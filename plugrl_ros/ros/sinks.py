@@ -19,10 +19,10 @@ IDLE_CHOICES = ("hold", "zero", "none")
 
 
 class Sink(Protocol):
-    """Builds one actuator message from ``width`` shaped action values."""
+    """Builds one actuator message from ``width`` shaped action values (None: as many as the action has)."""
 
     msg_type: type
-    width: int
+    width: int | None
 
     def build(self, values: np.ndarray, stamp: Time) -> Any: ...
 
@@ -40,14 +40,18 @@ def duration(seconds: float) -> Duration:
 
 
 class Float64MultiArraySink:
-    """std_msgs/Float64MultiArray: data = values; the width comes from the required ``slice``."""
+    """std_msgs/Float64MultiArray: data = values; the width comes from ``slice``.
+
+    Without a slice the sink takes the whole action, as wide as the trainer sends it (a simulator or a
+    generic controller that reads one vector): then it must be the bridge's only actuator.
+    """
 
     msg_type = Float64MultiArray
 
     def __init__(self, section: Section, period_s: float) -> None:
         del period_s
-        start, stop = read_slice(section, required=True)  # type: ignore[misc]
-        self.width = stop - start
+        span = read_slice(section, required=False)
+        self.width: int | None = None if span is None else span[1] - span[0]
 
     def build(self, values: np.ndarray, stamp: Time) -> Float64MultiArray:
         del stamp  # the message has no header
@@ -198,7 +202,7 @@ class ActionShaper:
         self,
         *,
         start: int,
-        stop: int,
+        stop: int | None,
         scale: np.ndarray,
         offset: np.ndarray,
         low: np.ndarray | None,
@@ -208,8 +212,8 @@ class ActionShaper:
     ) -> None:
         assert idle in IDLE_CHOICES, idle
         self.start = start
-        self.stop = stop
-        self.width = stop - start
+        self.stop = stop  # None: the whole action, as wide as the trainer sends it
+        self.width = None if stop is None else stop - start
         self.scale = scale
         self.offset = offset
         self.low = low
@@ -219,8 +223,10 @@ class ActionShaper:
         self._last: np.ndarray | None = None
 
     @classmethod
-    def from_section(cls, section: Section, width: int) -> ActionShaper:
-        """Reads slice, scale, offset, min, max, max_delta and idle; ``width`` is the sink's."""
+    def from_section(cls, section: Section, width: int | None) -> ActionShaper:
+        """Reads slice, scale, offset, min, max, max_delta and idle; ``width`` is the sink's (None: whole action)."""
+        if width is None:
+            return cls._whole_action(section)
         start, stop = read_slice(section, required=False) or (0, width)
         if stop - start != width:
             raise ConfigError(
@@ -245,9 +251,36 @@ class ActionShaper:
             start=start, stop=stop, scale=scale, offset=offset, low=low, high=high, max_delta=max_delta, idle=idle
         )
 
+    @classmethod
+    def _whole_action(cls, section: Section) -> ActionShaper:
+        """A sink without a slice: the whole action. Its width is the trainer's to say, so limits that need one
+        value per element cannot be checked at startup: they are refused, naming the key."""
+        for name in ("min", "max", "max_delta"):
+            if section.has(name):
+                raise ConfigError(
+                    section.key(name),
+                    section.values().get(name),
+                    "per-element limits need a slice: without one this actuator takes the whole action, as wide "
+                    "as the trainer sends it (give slice: [start, stop])",
+                )
+        factors = []
+        for name in ("scale", "offset"):
+            try:
+                factors.append(np.array(section.float_list(name, length=1), dtype=np.float64))
+            except ConfigError:
+                raise ConfigError(
+                    section.key(name),
+                    section.values().get(name),
+                    "one number (applied to every element): without a slice the action's width is not known",
+                ) from None
+        idle = section.str("idle")
+        return cls(
+            start=0, stop=None, scale=factors[0], offset=factors[1], low=None, high=None, max_delta=None, idle=idle
+        )
+
     def shape(self, action: np.ndarray) -> np.ndarray | None:
         """The values to publish for this env's ``action`` (float64 [A]), or None if they are not finite."""
-        if action.shape[0] < self.stop:
+        if self.stop is not None and action.shape[0] < self.stop:
             # The bridge checks the trainer's action space against every slice
             # at startup, so this is a programming error, not a user's.
             raise ValueError(f"the action has {action.shape[0]} values; this sink reads [{self.start}, {self.stop})")
@@ -271,10 +304,12 @@ class ActionShaper:
         if self.idle == "hold":
             return None if self._last is None else self._last.copy()
         if self.idle == "zero":
+            if self.width is None:  # the whole action: as wide as the last one published, if any was
+                return None if self._last is None else np.zeros_like(self._last)
             return np.zeros(self.width, dtype=np.float64)
         return None
 
     def published(self, values: np.ndarray) -> None:
         """Record what was actually published: ``hold`` repeats it and ``max_delta`` counts from it."""
-        assert values.shape == (self.width,), values.shape
+        assert self.width is None or values.shape == (self.width,), values.shape
         self._last = np.array(values, dtype=np.float64)

@@ -25,6 +25,7 @@ class BridgeWatch:
         from rclpy.signals import SignalHandlerOptions
 
         self._on_statuses = on_statuses
+        self._closed = False
         self._context = rclpy.Context()
         rclpy.init(context=self._context, signal_handler_options=SignalHandlerOptions.NO)
         self._node = rclpy.create_node(node_name, context=self._context)
@@ -47,8 +48,12 @@ class BridgeWatch:
         self._on_statuses(statuses, time.monotonic())
 
     def close(self) -> None:
+        """Stop following (again is harmless)."""
         import rclpy
 
+        if self._closed:
+            return
+        self._closed = True
         self._executor.shutdown(timeout_sec=1.0)
         self._node.destroy_node()
         rclpy.try_shutdown(context=self._context)

@@ -65,6 +65,7 @@ def train_diagnostics(prefix: str, mode: TrainMode, uplink: UplinkMeter) -> list
         "bytes sent": str(client.bytes_sent),
         "bytes received": str(client.bytes_received),
         "bytes sent per env step": uplink.bytes_per_step(client.bytes_sent, sum(e.steps_total for e in rollout.envs)),
+        "metadata received": str(rollout.metadata is not None),
     }
     if rollout.metadata is not None:
         trainer.values.update({f"trainer {k}": v for k, v in rollout.metadata.describe().items()})

@@ -42,7 +42,8 @@ def rollout_settings(config: BridgeConfig) -> RolloutSettings:
     return RolloutSettings(
         n_envs=len(config.envs),
         min_action_width=config.action_width_needed,
-        refuse_wider=True,
+        # an actuator without a slice applies every value a wider action brings
+        refuse_wider=not config.takes_whole_action,
         action_horizon=config.control.action_horizon or None,
         action_width=config.control.action_dim or None,
         replan_steps=config.control.replan_steps,

@@ -21,6 +21,10 @@ INFO_EPISODE = "probe.info-episode"
 RECONNECTS = "close.reconnects"
 STOP_EXITS = "close.stop-exits"
 TEXT_FATAL = "close.text-fatal"
+# A client opens a connection to use it: one closed before its first message, while the run goes on, is a
+# client that connected and left (PlugRL's conformance checker fails it; a trainer in production sees a
+# stranger). Judged on every connection the trainer did not end or stop.
+NO_EMPTY_CONNECTIONS = "close.no-empty-connections"
 
 CLAUSES: tuple[str, ...] = (
     NO_COMPRESSION,
@@ -42,4 +46,5 @@ CLAUSES: tuple[str, ...] = (
     RECONNECTS,
     STOP_EXITS,
     TEXT_FATAL,
+    NO_EMPTY_CONNECTIONS,
 )

@@ -16,7 +16,13 @@ from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.codec import packb
 from plugrl_ros.protocol.server_messages import build_metadata
 from plugrl_ros.tools.serving import serve_trainer
-from plugrl_ros.tools.test_trainer.clauses import RECONNECTS, STOP_EXITS, TEXT_FATAL, WAITS_FOR_METADATA
+from plugrl_ros.tools.test_trainer.clauses import (
+    NO_EMPTY_CONNECTIONS,
+    RECONNECTS,
+    STOP_EXITS,
+    TEXT_FATAL,
+    WAITS_FOR_METADATA,
+)
 from plugrl_ros.tools.test_trainer.exchange import Exchange, close_text
 from plugrl_ros.tools.test_trainer.report import Recorder, Report
 from plugrl_ros.tools.test_trainer.settings import CLOSE_ENDINGS, RECONNECT_ENDINGS, TrainerSettings
@@ -304,9 +310,18 @@ class TestTrainer:
             try:
                 frame = await asyncio.wait_for(ws.recv(), bound)
             except ConnectionClosed as exc:
+                if exchange.messages == 0 and ending != "serve" and _close_of(exc)[0] == 1000:
+                    # (another code is a crash or a frame limit: judged as such, or noted)
+                    self._rec.fail(
+                        NO_EMPTY_CONNECTIONS,
+                        f"connection {link.number}: the client closed it ({close_text(*_close_of(exc))}) after "
+                        "the metadata, before any message, while the run went on (a client connects once)",
+                    )
                 return self._client_closed(exc, exchange)
             except asyncio.TimeoutError:
                 return await self._feedback_timeout(link)
+            if exchange.messages == 0:
+                self._rec.ok(NO_EMPTY_CONNECTIONS)
             awaiting_feedback = False
             reply = exchange.receive(frame)
             if reply.abort is not None:
@@ -335,8 +350,7 @@ class TestTrainer:
         return _Outcome("aborted", close_text(code, reason))
 
     def _client_closed(self, exc: ConnectionClosed, exchange: Exchange | None) -> _Outcome:
-        code = exc.rcvd.code if exc.rcvd is not None else None
-        reason = exc.rcvd.reason if exc.rcvd is not None else ""
+        code, reason = _close_of(exc)
         if exchange is not None:
             exchange.client_closed(code, reason)
         return _Outcome("client-closed", close_text(code, reason), code)
@@ -364,6 +378,11 @@ class TestTrainer:
         if not await text_ending(self._rec, link.number, link.ws, exchange, self.settings.grace_s):
             await link.ws.close(1001, STOP_REASON)
         return _Outcome("ended", "a text frame")
+
+
+def _close_of(exc: ConnectionClosed) -> tuple[int | None, str]:
+    """The code and reason of the client's close frame (None, "" if it sent none)."""
+    return (exc.rcvd.code, exc.rcvd.reason) if exc.rcvd is not None else (None, "")
 
 
 async def run_trainer(settings: TrainerSettings, ready: Callable[[int], None] | None = None) -> Report:
