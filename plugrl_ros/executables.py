@@ -43,8 +43,8 @@ EXECUTABLES = {
     "plugrl-record-info": "plugrl_ros.record.info",
     "plugrl-export": "plugrl_ros.record.export",
     # the gym extra (plugrl_ros[gym]): Gymnasium envs as robots
-    "gym_robot": "plugrl_ros.gym.robot_node",
-    "plugrl-gym-robot": "plugrl_ros.gym.robot_node",
+    "gym_robot": "plugrl_ros.gym.robot_main",
+    "plugrl-gym-robot": "plugrl_ros.gym.robot_main",
 }
 
 # The start of every executable and child process. Site initialisation (the venv, .pth files: a tenth of a
