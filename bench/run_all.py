@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import platform
 import subprocess
@@ -32,11 +33,15 @@ BENCHMARKS = (
     "policy_execution",
     "policy_node",
     "network",
+    "gym",  # only with the gym extra installed
 )
 
 
 def run_benchmark(name: str, out: Path, quick: bool) -> Path | None:
     """Run ``bench_<name>.py``; its JSON results file (None for the codec, which prints only)."""
+    if name == "gym" and importlib.util.find_spec("gymnasium") is None:
+        print("\n=== gym: skipped, the gym extra is not installed (scripts/setup-venv.sh .venv kilted '' gym)")
+        return None
     script = common.ROOT / "bench" / f"bench_{name}.py"
     command = [sys.executable, str(script)]
     json_path = out / f"{name}.json"
@@ -217,6 +222,7 @@ def plot_network(results: dict[str, Any], path: Path) -> bool:
 
 def build_report(out: Path, title: str) -> Path:
     import bench_action
+    import bench_gym
     import bench_network
     import bench_observation
     import bench_policy_execution
@@ -240,6 +246,7 @@ def build_report(out: Path, title: str) -> Path:
         ("policy_execution", bench_policy_execution, None),
         ("policy_node", bench_policy_node, None),
         ("network", bench_network, plot_network),
+        ("gym", bench_gym, bench_gym.plot),
     )
     for name, module, plot in renderers:
         path = out / f"{name}.json"

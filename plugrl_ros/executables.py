@@ -42,6 +42,9 @@ EXECUTABLES = {
     "plugrl-test-trainer": "plugrl_ros.tools.test_trainer",
     "plugrl-record-info": "plugrl_ros.record.info",
     "plugrl-export": "plugrl_ros.record.export",
+    # the gym extra (plugrl_ros[gym]): Gymnasium envs as robots
+    "gym_robot": "plugrl_ros.gym.robot_main",
+    "plugrl-gym-robot": "plugrl_ros.gym.robot_main",
 }
 
 # The start of every executable and child process. Site initialisation (the venv, .pth files: a tenth of a

@@ -1,5 +1,5 @@
 """docs/design.md's layers: protocol, rollout and policy never import ROS or a higher layer; the robot side
-knows no mode; adapters never tools."""
+knows no mode; adapters never tools; the bridge never the gym extra."""
 
 from __future__ import annotations
 
@@ -77,3 +77,31 @@ def test_a_lower_layer_never_imports_a_higher_one(layer):
             if any(name == bad or name.startswith(bad + ".") or name.startswith(bad + "_") for bad in FORBIDDEN[layer]):
                 offenders.append(f"{path.name} imports {name}")
     assert not offenders
+
+
+# -- the gym extra: an edge the bridge never imports; its direct path has no ROS ----------------------
+
+_GYM_EXTRA = ("plugrl_ros.gym", "gymnasium", "mujoco")
+_BRIDGE_LAYERS = ("protocol", "rollout", "policy", "params", "ros", "robot", "train", "deploy", "node", "record")
+_GYM_WITHOUT_ROS = ("spaces.py", "copies.py", "bridge_config.py", "direct.py")
+
+
+def _offenders(paths, forbidden) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in paths
+        for name in imports(path)
+        if any(name == bad or name.startswith(bad + ".") for bad in forbidden)
+    ]
+
+
+def test_no_layer_of_the_bridge_imports_the_gym_extra():
+    paths = [path for layer in _BRIDGE_LAYERS for path in sorted((ROOT / "plugrl_ros" / layer).rglob("*.py"))]
+    assert len(paths) > 40
+    assert not _offenders(paths, _GYM_EXTRA)
+
+
+def test_the_gym_direct_path_and_config_generation_import_no_ros():
+    paths = [ROOT / "plugrl_ros" / "gym" / name for name in _GYM_WITHOUT_ROS]
+    assert all(path.exists() for path in paths)
+    assert not _offenders(paths, ("rclpy", "plugrl_ros.ros", "plugrl_ros.node", "plugrl_ros.gym.robot_node"))

@@ -87,6 +87,9 @@ _ROSDEP_KEYS = {
 # (pip installs them; README's robot steps say so)
 _PIP_ONLY = {"mcap": "mcap", "mcap_ros2": "mcap-ros2-support"}
 
+# imports of an optional extra's modules only: setup.py's extras_require[extra] must name them (no rosdep key)
+_EXTRA_ONLY = {"gymnasium": "gym"}
+
 
 def test_every_third_party_import_is_declared_in_package_xml():
     root = ET.parse(ROOT / "package.xml").getroot()
@@ -98,6 +101,11 @@ def test_every_third_party_import_is_declared_in_package_xml():
     install_requires = (ROOT / "setup.py").read_text().split("install_requires=", 1)[1].split("\n", 1)[0]
     required, _ = _package_imports()
     for module in sorted(required - stdlib - {"plugrl_ros"}):
+        if module in _EXTRA_ONLY:
+            extra = (ROOT / "setup.py").read_text().split(f'"{_EXTRA_ONLY[module]}": [', 1)[-1].split("]", 1)[0]
+            if f'"{module}' not in extra:
+                missing.append(f"{module} -> setup.py extras_require {_EXTRA_ONLY[module]}")
+            continue
         if module in _PIP_ONLY:
             if f'"{_PIP_ONLY[module]}' not in install_requires:
                 missing.append(f"{module} -> setup.py install_requires {_PIP_ONLY[module]}")

@@ -26,6 +26,8 @@ HEADLESS = "run: test_the_headless_probe_command_checks_a_trainer_link"
 BRIDGE = "mirror: test_bridge_node.py::"
 PAUSE = BRIDGE + "test_pausing_idles_the_actuators_truncates_the_running_episode_and_unpausing_resumes"
 PIP_BRIDGE = "run: test_the_pip_bridge_command_starts_with_a_params_file_and_an_override"
+DEPENDENCIES = "mirror: test_packaging.py::test_every_third_party_import_is_declared_in_package_xml"
+GYM = "mirror: test_gym_robot.py::test_the_readme_commands_train_on_a_gymnasium_env_through_ros"
 DIAGNOSTICS = BRIDGE + "test_diagnostics_report_the_link_the_achieved_control_rate_and_each_envs_episodes"
 
 # command prefix -> how it is exercised: "run: <test here>", "mirror: <test file>::<test>", or why not here
@@ -37,7 +39,7 @@ EXERCISED = {
     "cd ~/plugrl_ws": COLCON,
     "git clone": COLCON,
     "source /opt/ros/": "not here: apt ROS 2 is not on these machines; the wheels run the same code",
-    "rosdep install": "mirror: test_packaging.py::test_every_third_party_import_is_declared_in_package_xml",
+    "rosdep install": DEPENDENCIES,
     "pip install --user 'websockets>=15'": "mirror: .ci/run (the websocket tests run again with websockets==15.0)",
     "colcon build --packages-select plugrl_ros": COLCON,
     "source install/setup.bash": COLCON,
@@ -62,6 +64,12 @@ EXERCISED = {
         "mirror: test_record_tools.py::test_record_info_summarizes_envs_episodes_returns_steps_drops_and_link_events"
     ),
     "plugrl-export --to npz": "mirror: test_record_deploy.py::test_record_info_and_export_read_a_deploy_recording",
+    # Gymnasium environments as robots: the three commands and the trainer, run as written in the gym pass
+    'scripts/setup-venv.sh .venv kilted "" gym': "mirror: .ci/run (the gym pass sets up its venv this way)",
+    "plugrl-gym-robot --env": GYM,
+    "plugrl-demo-trainer --action-dim 1": GYM,
+    "pip install 'plugrl_ros[gym]'": DEPENDENCIES,
+    "ros2 run plugrl_ros gym_robot": "not here: ros2cli is not on PyPI; gym_robot is plugrl-gym-robot's entry point",
 }
 
 _COMMAND_WORDS = ("scripts/", "plugrl-", "ros2 ", "colcon ", "rosdep ", "pip ", "git ", "mkdir ", "cd ", "source ")

@@ -12,6 +12,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
 
 from plugrl_ros import stop_request
 from plugrl_ros.protocol.client import (
@@ -25,7 +28,7 @@ from plugrl_ros.protocol.client import (
     Notice,
     TrainerClient,
 )
-from plugrl_ros.protocol.messages import TextFormat
+from plugrl_ros.protocol.messages import ObservationRow, TextFormat
 from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
 from plugrl_ros.tools.probe_env import ProbeEnvs
 
@@ -47,10 +50,26 @@ class HeadlessSettings:
     text_format: TextFormat = "array"
 
 
-class HeadlessProbe:
-    """Runs ``n_envs`` probe envs against a trainer until the run ends (or ``steps`` feedbacks)."""
+class InProcessEnvs(Protocol):
+    """What the headless client steps: the probe envs, or any envs with their interface (plugrl_ros.gym's)."""
 
-    def __init__(self, settings: HeadlessSettings, make_envs: Callable[[int, int], ProbeEnvs] = ProbeEnvs) -> None:
+    n: int
+    action_dim: int
+
+    def step(self, env: int, action: np.ndarray) -> tuple[float, bool] | tuple[float, bool, bool]:
+        """(reward, terminated) or (reward, terminated, truncated)."""
+        ...
+
+    def reset(self, env: int) -> None: ...
+
+    def row(self, env: int) -> ObservationRow: ...
+
+
+class HeadlessProbe:
+    """Runs ``n_envs`` probe envs (or what ``make_envs`` makes) against a trainer until the run ends (or ``steps``
+    feedbacks)."""
+
+    def __init__(self, settings: HeadlessSettings, make_envs: Callable[[int, int], InProcessEnvs] = ProbeEnvs) -> None:
         self.settings = settings
         self._make_envs = make_envs
         self.rollout = Rollout(
@@ -65,7 +84,7 @@ class HeadlessProbe:
             clock=time.monotonic,
         )
         self.client = TrainerClient(settings.client, self.on_event)
-        self.envs: ProbeEnvs | None = None
+        self.envs: InProcessEnvs | None = None
         self.feedbacks = 0
         self.error: str | None = None
 
@@ -132,8 +151,8 @@ class HeadlessProbe:
             return
         for i in range(envs.n):
             while (action := rollout.take_step(i)) is not None:
-                reward, terminated = envs.step(i, action)
-                rollout.finish_step(i, reward, terminated, False, False, envs.row(i))
+                reward, terminated, *truncated = envs.step(i, action)
+                rollout.finish_step(i, reward, terminated, bool(truncated and truncated[0]), False, envs.row(i))
             if rollout.needs_reset(i):
                 # The terminal observation is already captured; resetting now,
                 # while its feedback may still be held, is what a robot does.

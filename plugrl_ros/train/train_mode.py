@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
 from plugrl_ros.protocol.client import CloseKind, Connected, ConnectFailed, Disconnected, FrameReceived, Notice
@@ -88,8 +89,11 @@ class TrainMode:
         self._uplink = UplinkMeter()
         period = config.control.period_s
         if self.lockstep:
-            # housekeeping only (resets, deadlines, batching windows); steps are event-driven
-            node.create_timer(min(period, 0.01), self._housekeeping, callback_group=callback_group)
+            # housekeeping only (resets, deadlines, batching windows); steps are event-driven. On the steady
+            # clock: under use_sim_time a simulator whose /clock moves only when it steps would otherwise
+            # never see its first reset called, nor its first step.
+            steady = Clock(clock_type=ClockType.STEADY_TIME)
+            node.create_timer(min(period, 0.01), self._housekeeping, callback_group=callback_group, clock=steady)
         else:
             node.create_timer(period, self._on_tick, callback_group=callback_group)
         self.link = TrainerLink(node, config.trainer, self._on_link_event, callback_group)

@@ -1,0 +1,209 @@
+"""Through plugrl-gym-robot and the bridge a trainer receives exactly the transitions of the env stepped directly.
+
+One run per case: the gym robot and the bridge (configured by the robot's own
+``--print-config``, recording to MCAP) as real ROS processes in lockstep, and a
+scripted trainer sending seeded random in-range action chunks. Afterwards two
+things are replayed against fresh envs built with the same seeds, transition
+by transition:
+
+* what the trainer received (every infer and feedback, per env): the
+  observations bit for bit (float64) or widened exactly (float32), the reward
+  summed over each chunk, the terminated/truncated flags, the terminal
+  observation, truncation at the env's own time limit;
+* the recording, episode by episode: every step's command (the chunk row the
+  trainer sent, through the bridge's clipping) is stepped on the fresh env,
+  and its reward and flags, and each chunk's fed-back observation and reward
+  sum must be the recorded ones. What the env received is thereby what was
+  recorded: any other action (or a step more or less) changes the env's next
+  state, and so every later observation, bit for bit.
+
+A dropped, duplicated or reordered step changes every later observation of
+its env, so each of these comparisons fails on it (mutation-checked by hand:
+a robot that ignored one action in 40, stepped one action twice, or published
+the observation of the step before).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gymnasium")
+
+from harness import Child, python_module, ros_env
+from test_faults import shown
+from trainer_fixture import ScriptedTrainer
+
+from plugrl_ros.gym.copies import GymCopy
+from plugrl_ros.record.export import EpisodeAssembler, iter_episodes
+
+pytestmark = [pytest.mark.gym, pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow, pytest.mark.timeout(240)]
+
+SEED = 11
+STATE = "observation"
+
+
+def generated_config(tmp_path: Path, env_id: str, copies: int) -> Path:
+    """The bridge's params file exactly as ``plugrl-gym-robot --print-config`` prints it."""
+    printed = subprocess.run(
+        python_module("plugrl_ros.gym.robot_node", "--env", env_id, "--copies", str(copies), "--print-config"),
+        env=ros_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    path = tmp_path / "gym.yaml"
+    path.write_text(printed.stdout)
+    return path
+
+
+def bits(values: np.ndarray) -> bytes:
+    return np.ascontiguousarray(values, dtype=np.float64).tobytes()
+
+
+class Run:
+    """What one run left: the trainer's records and the chunks it sent, and the recording."""
+
+    def __init__(self, env_id: str, copies: int, horizon: int, feedbacks: int, tmp_path: Path) -> None:
+        self.env_id, self.copies, self.horizon = env_id, copies, horizon
+        layout = GymCopy(env_id, 0, SEED).action
+        rng = np.random.default_rng(SEED)
+        self.sent: dict[int, list[np.ndarray]] = defaultdict(list)  # env -> the chunks it was sent, in order
+
+        def actions(env_indices, step_ids, observation):
+            del step_ids, observation
+            # in range, so the bridge's clipping to the space's bounds must leave every value as it is
+            chunk = rng.uniform(layout.low, layout.high, size=(horizon, len(env_indices), layout.width))
+            for row, env in enumerate(env_indices):
+                self.sent[int(env)].append(chunk[:, row].copy())
+            return chunk
+
+        metadata = {"protocol_version": 1, "server": "exactness", "action_horizon": horizon, "action_dim": layout.width}
+        config = generated_config(tmp_path, env_id, copies)
+        record = tmp_path / "record"
+        robot = python_module(
+            "plugrl_ros.gym.robot_node", "--env", env_id, "--copies", str(copies), "--seed", str(SEED)
+        )
+        with ScriptedTrainer(metadata, actions) as trainer:
+            bridge = python_module(
+                "plugrl_ros.node.bridge_main",
+                *("--ros-args", "--params-file", str(config)),
+                *("-p", f"trainer.uri:={trainer.uri}", "-p", f"record.path:={record}"),
+            )
+            with shown(Child(robot), "gym robot"), shown(Child(bridge), "bridge") as bridge_child:
+                trainer.wait_for(
+                    lambda records: sum(m["message_type"] == "feedback" for _, m in records) >= feedbacks,
+                    150,
+                    f"{feedbacks} feedbacks",
+                )
+                assert bridge_child.stop() == 0, bridge_child.output()
+            self.records = trainer.records()
+            assert trainer.connections == 1 and not trainer.violations, trainer.violations
+        self.recordings = sorted(record.glob("*.mcap"))
+
+
+def check_what_the_trainer_received(run: Run) -> int:
+    """Per env, every (infer, chunk, feedback) against a fresh env stepped with the chunk; the steps replayed."""
+    steps = 0
+    for env in range(run.copies):
+        copy = GymCopy(run.env_id, env, SEED)
+        messages = []
+        for _, message in run.records:
+            rows = {int(e): row for row, e in enumerate(message["env_indices"])}
+            if env in rows:
+                messages.append((message, rows[env]))
+        infers = [(m, r) for m, r in messages if m["message_type"] == "infer"]
+        feedbacks = [(m, r) for m, r in messages if m["message_type"] == "feedback"]
+        assert [m["message_type"] for m, _ in messages[: 2 * len(feedbacks)]] == ["infer", "feedback"] * len(feedbacks)
+        assert len(run.sent[env]) == len(infers)
+        ended = True
+        for (infer, i_row), chunk, (feedback, f_row) in zip(infers, run.sent[env], feedbacks):
+            if ended:
+                copy.reset()
+                assert int(infer["step_ids"][i_row]) == 0
+            observed = infer["data"]["states"][STATE][i_row]
+            assert bits(observed) == bits(copy.states()[STATE]), f"env {env}: infer observation differs"
+            reward = 0.0
+            for k in range(run.horizon):
+                result = copy.step(copy.action.clip(chunk[k]))
+                reward += result.reward
+                steps += 1
+                if copy.over:
+                    break
+            data = feedback["data"]
+            # the terminal observation, before any reset
+            assert bits(data["obs"]["states"][STATE][f_row]) == bits(copy.states()[STATE]), f"env {env}: feedback obs"
+            assert data["rewards"][f_row] == np.float32(reward), f"env {env}: chunk reward"
+            assert bool(data["terminated"][f_row]) == result.terminated
+            assert bool(data["truncated"][f_row]) == result.truncated
+            ended = copy.over
+    return steps
+
+
+def check_the_recording(run: Run) -> tuple[int, dict[str, int]]:
+    """Every recorded episode replayed step by step on a fresh env; (steps, how many episodes ended how)."""
+    assert len(run.recordings) == 1, run.recordings
+    readers: list = []
+    episodes = list(iter_episodes(run.recordings, EpisodeAssembler(), readers))
+    assert readers[-1].complete, readers[-1].problem
+    copies = [GymCopy(run.env_id, env, SEED) for env in range(run.copies)]
+    ends = {"terminated": 0, "truncated": 0}
+    steps = 0
+    for episode in episodes:
+        a, env, copy = episode.arrays, episode.env, copies[episode.env]
+        assert episode.index == copy.episodes and bool(a["complete"]), "every episode, in order, none cut"
+        copy.reset()
+        observations, next_observations = a[f"observations/states/{STATE}"], a[f"next_observations/states/{STATE}"]
+        assert bits(observations[0]) == bits(copy.states()[STATE])
+        t = 0
+        for c, chunk in enumerate(a["actions"]):
+            assert bits(observations[c]) == bits(copy.states()[STATE]), f"env {env} chunk {c}: observation"
+            chunk_reward = 0.0
+            for k in range(int(a["chunk_steps"][c])):
+                command = a["commanded/actions.action"][t]
+                assert bits(command) == bits(chunk[k]), "clipping to the space's bounds changed an in-range action"
+                assert bits(a["step_actions"][t]) == bits(chunk[k])
+                result = copy.step(command)
+                assert a["step_rewards"][t] == result.reward, f"env {env} step {t}: reward"
+                assert bool(a["step_terminated"][t]) == result.terminated, f"env {env} step {t}: terminated"
+                assert bool(a["step_truncated"][t]) == result.truncated, f"env {env} step {t}: truncated"
+                chunk_reward += result.reward
+                t += 1
+            assert bits(next_observations[c]) == bits(copy.states()[STATE]), f"env {env} chunk {c}: fed back obs"
+            assert np.float32(a["rewards"][c]) == np.float32(chunk_reward)
+        assert copy.over and t == int(a["episode_length"]) == copy.steps
+        assert bits(observations[-1]) == bits(copy.states()[STATE]), "the terminal observation"
+        ends["terminated" if bool(a["terminated"][-1]) else "truncated"] += 1
+        steps += t
+    return steps, ends
+
+
+@pytest.mark.parametrize(
+    ("env_id", "copies", "horizon", "feedbacks", "ends"),
+    [
+        # classic control, float32 observations: no termination, truncation at 200 steps (200 % 3 != 0: the
+        # limit cuts a chunk short)
+        ("Pendulum-v1", 1, 3, 160, ("truncated",)),
+        # MuJoCo, float64 observations: random actions topple the pole within a few steps (terminations)
+        ("InvertedPendulum-v5", 3, 4, 150, ("terminated",)),
+        # MuJoCo with a 50-step limit (50 % 4 != 0), one step per chunk on one copy, chunks of 4 on the other
+        ("Reacher-v5", 2, 4, 90, ("truncated",)),
+        ("Reacher-v5", 1, 1, 160, ("truncated",)),
+    ],
+)
+def test_the_trainer_receives_exactly_the_transitions_of_the_env_stepped_directly(
+    tmp_path, env_id, copies, horizon, feedbacks, ends
+):
+    run = Run(env_id, copies, horizon, feedbacks, tmp_path)
+    received_steps = check_what_the_trainer_received(run)
+    recorded_steps, counted = check_the_recording(run)
+    for end in ends:
+        assert counted[end] >= 1, f"no episode ended {end}: the case proves nothing about it ({counted})"
+    assert recorded_steps >= 50 * copies or counted["terminated"] >= 3 * copies, (recorded_steps, counted)
+    # the recording holds every complete episode; the trainer's view also the running ones
+    assert recorded_steps <= received_steps
