@@ -19,7 +19,11 @@ setup(
     python_requires=">=3.11",
     install_requires=["numpy", "msgpack>=1.0", "websockets>=15.0", "PyYAML", "mcap>=1.2", "mcap-ros2-support>=0.5"],
     # OpenCV comes from apt (python3-opencv, via rosdep) on a robot; a pip-only install adds it with [opencv].
-    extras_require={"opencv": ["opencv-python-headless"]},
+    extras_require={
+        "opencv": ["opencv-python-headless"],
+        # plugrl_ros.rllib: an RLlib EnvRunner serving PlugRL (pinned in requirements/rllib.txt)
+        "rllib": ["ray[rllib]>=2.60,<2.61", "torch"],
+    },
     zip_safe=True,
     maintainer="plugrl_ros maintainers",
     maintainer_email="maintainers@plugrl-ros.dev",
