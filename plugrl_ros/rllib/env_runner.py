@@ -276,6 +276,7 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         with self._lock:
             self._explore, self._random_actions = explore, random_actions
             self._answering = True
+            self.figures.resume()
             deferred, self._deferred = self._deferred, []
             for event in deferred:
                 self._answer(event)
@@ -294,6 +295,7 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                     break
                 self._handle(event)
             self._answering = False
+            self.figures.pause()
             return self._collect(cut=num_timesteps is not None)
 
     def _serve_always(self) -> None:
@@ -402,6 +404,7 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         for name, value in (
             ("infer_round_trip_ms", figures.round_trip_ms),
             ("robot_idle_share", figures.idle_share),
+            ("robot_idle_share_between_samples", figures.paused_share),
             ("inference_ms_per_row", figures.inference_ms_per_row),
         ):
             if value is not None:

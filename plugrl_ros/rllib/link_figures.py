@@ -5,7 +5,9 @@ until the connection closes. It is idle while its infer waits for an answer:
 from the moment the frame was read to the moment the action went out, which
 with on-policy timing includes the whole learner update. The idle share of a
 window (one training iteration, between two ``get_metrics`` calls) is the
-robots' waiting time over their connected time in it. Inference cost is the
+robots' waiting time over their connected time in it; the paused share is the
+part of it while the runner answered nobody (between two ``sample()`` calls
+with on-policy timing: the learner's update). Inference cost is the
 sampling thread's time for the connectors and the RLModule, per robot row.
 Written by the websocket and sampling threads, read by the sampling thread.
 """
@@ -28,6 +30,7 @@ class Figures:
     infers: int  # infers answered in the window
     round_trip_ms: float | None  # median, frame read to action sent (the robot's wait, minus the network)
     idle_share: float | None  # waiting time / connected time of the robots, over the window
+    paused_share: float | None  # the part of it spent while the runner answered nobody (the learner's update)
     inference_ms_per_row: float | None  # connectors + RLModule, per env row answered
 
 
@@ -43,6 +46,8 @@ class LinkFigures:
         self._last = self._window_start
         self._robot_time = 0.0
         self._idle = 0.0
+        self._paused_idle = 0.0
+        self._paused_at: float | None = None  # the runner answers nobody since then
         self._round_trips: list[float] = []
         self._rows = 0
         self._inference_s = 0.0
@@ -97,6 +102,20 @@ class LinkFigures:
                 if since is not None:
                     self._idle += now - max(since, self._window_start)
 
+    def pause(self) -> None:
+        """The runner stops answering (on-policy timing: sample() returned and the learner updates)."""
+        with self._lock:
+            self._paused_at = self._clock()
+
+    def resume(self) -> None:
+        """The runner answers again: whoever waited meanwhile waited for the update."""
+        with self._lock:
+            now = self._clock()
+            if self._paused_at is not None:
+                start = max(self._paused_at, self._window_start)
+                self._paused_idle += sum(now - max(since, start) for since in self._waiting.values())
+            self._paused_at = None
+
     def inference(self, rows: int, seconds: float) -> None:
         with self._lock:
             self._rows += rows
@@ -109,16 +128,23 @@ class LinkFigures:
             self._advance(now)
             waiting = sum(now - max(since, self._window_start) for since in self._waiting.values())
             idle = self._idle + waiting
+            paused_idle = self._paused_idle
+            if self._paused_at is not None:
+                start = max(self._paused_at, self._window_start)
+                paused_idle += sum(now - max(since, start) for since in self._waiting.values())
             figures = Figures(
                 bridges=len(self._links),
                 robots=sum(len(envs) for envs in self._links.values()),
                 infers=len(self._round_trips),
                 round_trip_ms=1e3 * statistics.median(self._round_trips) if self._round_trips else None,
                 idle_share=min(1.0, idle / self._robot_time) if self._robot_time > 0 else None,
+                paused_share=min(1.0, paused_idle / self._robot_time) if self._robot_time > 0 else None,
                 inference_ms_per_row=1e3 * self._inference_s / self._rows if self._rows else None,
             )
             self._window_start = now
-            self._robot_time = self._idle = self._inference_s = 0.0
+            self._robot_time = self._idle = self._paused_idle = self._inference_s = 0.0
+            if self._paused_at is not None:
+                self._paused_at = now
             self._round_trips = []
             self._rows = 0
             return figures
