@@ -50,7 +50,22 @@ FORBIDDEN = {
         "rclpy",
         "websockets",
     ),
+    # the rllib extra stands on the protocol core, the serving tools and the params reader; never on the bridge
+    "rllib": (
+        "plugrl_ros.node",
+        "plugrl_ros.robot",
+        "plugrl_ros.train",
+        "plugrl_ros.deploy",
+        "plugrl_ros.ros",
+        "plugrl_ros.rollout",
+        "plugrl_ros.record",
+        "rclpy",
+    ),
 }
+
+# The optional extras are never imported by the bridge's layers (nor by what they stand on).
+EXTRAS = ("plugrl_ros.rllib", "ray", "torch", "gymnasium")
+BRIDGE_LAYERS = ("protocol", "protocol/policy", "rollout", "policy", "params", "ros", "robot", "train", "deploy", "node")
 
 
 # top-level pure modules whose names only begin like a layer's
@@ -75,5 +90,15 @@ def test_a_lower_layer_never_imports_a_higher_one(layer):
     for path in paths:
         for name in imports(path) - NOT_A_LAYER:
             if any(name == bad or name.startswith(bad + ".") or name.startswith(bad + "_") for bad in FORBIDDEN[layer]):
+                offenders.append(f"{path.name} imports {name}")
+    assert not offenders
+
+
+@pytest.mark.parametrize("layer", BRIDGE_LAYERS)
+def test_the_bridge_never_imports_an_optional_extra(layer):
+    offenders = []
+    for path in sorted((ROOT / "plugrl_ros" / layer).glob("*.py")):
+        for name in imports(path):
+            if any(name == extra or name.startswith(extra + ".") for extra in EXTRAS):
                 offenders.append(f"{path.name} imports {name}")
     assert not offenders

@@ -6,7 +6,7 @@ as the demo trainer; the trainer is RLlib's PPO with a
 (``num_env_runners=0``: the local runner samples and listens). The config is
 what a user writes for their own robot (README, "Training with RLlib"), tuned
 for this task: one RL step per control step (H = 1), observations flattened
-and normalised by RLlib's own connectors, a discount of 0.95 per step. Ray
+and normalised by RLlib's own connectors, a discount of 0.9 per step. Ray
 starts here with the two CPUs a small machine has, and the learner runs on
 one thread.
 """
@@ -56,12 +56,12 @@ def demo_config(params_file: str | Path, *, port: int, seed: int = 0, host: str 
             env_to_module_connector=lambda env, spaces, device: [FlattenObservations(), MeanStdFilter()],
         )
         .training(
-            gamma=chunk_gamma(0.95, HORIZON),
+            gamma=chunk_gamma(0.9, HORIZON),
             lambda_=0.95,
-            lr=1e-3,
+            lr=2e-3,
             train_batch_size_per_learner=TRAIN_BATCH,
             minibatch_size=250,
-            num_epochs=10,
+            num_epochs=15,
             vf_clip_param=100.0,
         )
         .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[32, 32]))
@@ -192,7 +192,8 @@ def iteration_line(result: dict[str, Any]) -> str:
         f"return {number(runners.get('episode_return_mean'))}, {runners.get('num_env_steps_sampled', 0)} RL steps, "
         f"sampling {number(timers.get('env_runner_sampling_timer'))} s, "
         f"learning {number(timers.get('learner_update_timer'))} s, "
-        f"robots idle {number(link.get('robot_idle_share'))}, "
+        f"robots idle {number(link.get('robot_idle_share'))} "
+        f"({number(link.get('robot_idle_share_between_samples'))} between samples), "
         f"infer round trip {number(link.get('infer_round_trip_ms'))} ms, "
         f"inference {number(link.get('inference_ms_per_row'), 3)} ms per row"
     )
