@@ -17,8 +17,8 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from plugrl_ros.rllib import PlugRLEnvRunner  # noqa: E402
-from plugrl_ros.rllib.demo import demo_config  # noqa: E402
+from plugrl_ros.rllib import PlugRLEnvRunner
+from plugrl_ros.rllib.demo import demo_config
 
 CONFIG = Path(__file__).resolve().parent.parent / "config" / "demo.yaml"
 

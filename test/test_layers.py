@@ -65,7 +65,18 @@ FORBIDDEN = {
 
 # The optional extras are never imported by the bridge's layers (nor by what they stand on).
 EXTRAS = ("plugrl_ros.rllib", "ray", "torch", "gymnasium")
-BRIDGE_LAYERS = ("protocol", "protocol/policy", "rollout", "policy", "params", "ros", "robot", "train", "deploy", "node")
+BRIDGE_LAYERS = (
+    "protocol",
+    "protocol/policy",
+    "rollout",
+    "policy",
+    "params",
+    "ros",
+    "robot",
+    "train",
+    "deploy",
+    "node",
+)
 
 
 # top-level pure modules whose names only begin like a layer's

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("ray.rllib")
 
-from harness import ROOT, process, python_module, stop, wait_until  # noqa: E402
+from harness import ROOT, process, python_module, stop, wait_until
 
 pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow]
 
