@@ -98,7 +98,9 @@ def test_two_runners_on_ray_serve_three_bridges_and_end_their_run_with_stop():
         config = demo_config(DEMO, port=base).env_runners(num_env_runners=2)
         config = config.training(train_batch_size_per_learner=400, minibatch_size=100, num_epochs=2)
         algo = config.build_algo()
-        placement = sorted(algo.env_runner_group.foreach_env_runner(lambda r: (r.worker_index, r.port)))
+        placement = sorted(
+            algo.env_runner_group.foreach_env_runner(lambda r: (r.worker_index, r.port), local_env_runner=False)
+        )
         assert placement == [(1, base + 1), (2, base + 2)]  # runner i on port + i
         with (
             process(robot(4)),
@@ -108,7 +110,11 @@ def test_two_runners_on_ray_serve_three_bridges_and_end_their_run_with_stop():
         ):
             try:
                 results = [algo.train() for _ in range(2)]
-                served = sorted(algo.env_runner_group.foreach_env_runner(lambda r: (r.port, r.figures.bridges)))
+                served = sorted(
+                    algo.env_runner_group.foreach_env_runner(
+                        lambda r: (r.port, r.figures.bridges), local_env_runner=False
+                    )
+                )
                 algo.stop()  # every runner ends its run: the bridges exit 0
                 codes = [child.wait(60) for child in (a, b, c)]
             finally:
@@ -123,6 +129,18 @@ def test_two_runners_on_ray_serve_three_bridges_and_end_their_run_with_stop():
     assert runners["plugrl"]["robots_connected"] == 4 and runners["plugrl"]["bridges_connected"] == 3
 
 
+def read_until(proc: subprocess.Popen, predicate) -> None:
+    """Read the process's output until a line satisfies ``predicate`` (AssertionError if it ends first)."""
+    assert proc.stdout is not None
+    seen = []
+    while True:
+        line = proc.stdout.readline()
+        assert line, "the process ended:\n" + "".join(seen[-20:])
+        seen.append(line)
+        if predicate(line):
+            return
+
+
 def test_a_bridge_reconnects_to_its_runner_after_the_runner_is_killed_and_started_again():
     port = free_ports(1)
     serve = [sys.executable, str(HERE / "rllib_serve.py"), str(port)]
@@ -134,14 +152,10 @@ def test_a_bridge_reconnects_to_its_runner_after_the_runner_is_killed_and_starte
     with process(robot(1)):
         first = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            assert first.stdout is not None
-            assert "listening on" in first.stdout.readline()
+            read_until(first, lambda line: line.startswith("listening on"))
             with process(bridge("bridge_r", port, ["reacher0"])) as bridged:
-                while True:  # the first runner samples steps from the robot ...
-                    line = first.stdout.readline()
-                    assert line, "the first runner ended"
-                    if line.startswith("{") and json.loads(line)["steps"] > 0:
-                        break
+                # the first runner samples steps from the robot ...
+                read_until(first, lambda line: line.startswith("{") and json.loads(line)["steps"] > 0)
                 first.kill()  # ... and crashes, as a runner whose actor dies
                 first.wait(10)
                 with process(serve) as second:
