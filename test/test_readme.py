@@ -62,7 +62,7 @@ EXERCISED = {
         "mirror: test_record_tools.py::test_record_info_summarizes_envs_episodes_returns_steps_drops_and_link_events"
     ),
     "plugrl-export --to npz": "mirror: test_record_deploy.py::test_record_info_and_export_read_a_deploy_recording",
-    "scripts/setup-venv.sh .venv kilted \"\" rllib": "mirror: .ci/run (the rllib stage builds its venv this way)",
+    'scripts/setup-venv.sh .venv kilted "" rllib': "mirror: .ci/run (the rllib stage builds its venv this way)",
     "plugrl-demo --trainer rllib": (
         "mirror: test_rllib_bridge.py::test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge"
     ),

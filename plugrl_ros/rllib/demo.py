@@ -157,7 +157,9 @@ class RLlibDemoTrainer:
         torch.set_num_threads(1)  # the learner shares two cores with the robots and the bridge
         if not ray.is_initialized():
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-        logging.getLogger("ray").setLevel(logging.ERROR)
+        # the terminal shows the progress line: RLlib's notices (new API stack, deprecations) go nowhere
+        for name in [n for n in logging.root.manager.loggerDict if n == "ray" or n.startswith("ray.")]:
+            logging.getLogger(name).setLevel(logging.ERROR)
         self.algo = self._make_config().build_algo()
         self.runner = self.algo.env_runner
         log.info("RLlib %s PPO built; the runner listens on port %d", ray.__version__, self.runner.port)

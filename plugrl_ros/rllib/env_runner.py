@@ -328,6 +328,8 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         else:
             assert isinstance(event, Closed)
             robots = self._links.pop(event.link)
+            for episode_id in robots.episode_ids():  # they never end: their earlier chunks count nowhere
+                self._ongoing_episodes_for_metrics.pop(episode_id, None)
             self._abandoned += robots.close()
             self._deferred = [e for e in self._deferred if e.link != event.link]
 

@@ -134,6 +134,10 @@ class RobotEpisodes:
                 robot.episode = robot.episode.cut(len_lookback_buffer=lookback)
         return chunks
 
+    def episode_ids(self) -> list[str]:
+        """The ids of the episodes running on this connection."""
+        return [robot.episode.id_ for robot in self._robots.values() if robot.episode is not None]
+
     def close(self) -> list[SingleAgentEpisode]:
         """The connection is gone: the running episodes' chunks with steps, which will never continue."""
         chunks = [r.episode for r in self._robots.values() if r.episode is not None and len(r.episode) > 0]
