@@ -1318,17 +1318,31 @@ def test_with_use_sim_time_and_no_clock_the_log_and_diagnostics_say_they_wait_fo
 # -- o. an action wider than the actuators read ----------------------------------------------------
 
 
-def test_a_trainer_announcing_a_wider_action_than_the_actions_read_is_refused_and_nothing_moves(tmp_path, robot):
+def test_a_trainer_whose_action_does_not_fit_is_a_configuration_error_said_once_and_retried_slowly(tmp_path, robot):
     params = {
         "observations": STATE,
         "actions": {"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 2], "idle": "none"}},
+        # the first reconnect of a passing fault would come after 0.1 s; a mismatch waits reconnect_max_s
+        "trainer": {"reconnect_initial_s": 0.1, "reconnect_max_s": 2.0},
+        "status": {"diagnostics_period_s": 0.2},
     }
     robot.stream(Float64MultiArray, "/state", float_state(0.0))
     cmd = robot.listen(Float64MultiArray, "/cmd")
+    diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
     with ScriptedTrainer({"action_horizon": 2, "action_dim": 6}) as trainer:
         with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
-            wait_until(lambda: trainer.connections >= 2, 30, "the bridge to refuse the metadata and reconnect")
+            wait_until(lambda: trainer.connections >= 3, 30, "the bridge to refuse the metadata and reconnect twice")
+            _, diag = first_diag(
+                diagnostics, lambda m: statuses(m)[f"{DIAG_PREFIX}: trainer"][0] == 2, 10, "an ERROR trainer entry"
+            )
             output = child.output()
-    assert "the trainer broke the protocol: metadata.data.action_dim: 6, but the configured actions read 2" in output
+            opened = list(trainer.opened)
+    assert "metadata.data.action_dim: 6, but the configured actions read 2" in output
     assert "set control.action_dim: 6" in output
+    assert output.count("does not fit this bridge's configuration") == 1, output  # said once, at ERROR
+    assert "[ERROR]" in next(line for line in output.splitlines() if "does not fit this bridge's" in line)
+    gaps = [b - a for a, b in itertools.pairwise(opened)]
+    assert all(gap >= 1.9 for gap in gaps), gaps  # reconnect_max_s, not reconnect_initial_s
+    _, message, _ = statuses(diag)[f"{DIAG_PREFIX}: trainer"]
+    assert "action_dim: 6, but the configured actions read 2" in message
     assert not trainer.messages("infer") and len(cmd) == 0

@@ -165,22 +165,32 @@ def test_replan_steps_runs_only_a_prefix_of_each_chunk():
         ({"min_action_width": 3}, action_frame([0], 3, 2), "the configured actions read 3 values"),
     ],
 )
-def test_actions_of_the_wrong_shape_are_protocol_errors(settings, frame, problem):
+def test_actions_that_do_not_fit_the_configuration_are_a_mismatch(settings, frame, problem):
     rollout = Rollout(RolloutSettings(n_envs=1, **settings), Clock())
     rollout.on_connected(1)
     rollout.on_frame(1, metadata_frame())
     rollout.poll(lambda env: obs(0))
     result = rollout.on_frame(1, frame)
-    assert result.kind == "error" and problem in result.detail
+    # not a passing fault: every reconnect to this trainer meets it again (the driver retries slowly)
+    assert result.kind == "mismatch" and problem in result.detail
     assert rollout.take_step(0) is None  # nothing reaches an actuator
     assert rollout.poll(lambda env: obs(0)) == []  # and nothing more is sent on that connection
+
+
+def test_an_action_that_breaks_the_trainers_own_metadata_is_a_protocol_error():
+    rollout = Rollout(RolloutSettings(n_envs=1), Clock())
+    connect(rollout, horizon=4, width=2)
+    rollout.poll(lambda env: obs(0))
+    result = rollout.on_frame(1, action_frame([0], 3, 2))
+    assert result.kind == "error" and "horizon 3, but the expected horizon is 4" in result.detail
+    assert rollout.take_step(0) is None
 
 
 def test_a_trainer_announcing_too_narrow_an_action_is_refused_at_metadata():
     rollout = Rollout(RolloutSettings(n_envs=1, min_action_width=6), Clock())
     rollout.on_connected(1)
     result = rollout.on_frame(1, metadata_frame(horizon=4, width=2))
-    assert result.kind == "error" and "action_dim: 2, but the configured actions read 6" in result.detail
+    assert result.kind == "mismatch" and "action_dim: 2, but the configured actions read 6" in result.detail
     assert rollout.poll(lambda env: obs(0)) == []
 
 
@@ -188,7 +198,7 @@ def test_a_trainer_announcing_a_wider_action_than_the_actions_read_is_refused_at
     rollout = Rollout(RolloutSettings(n_envs=1, min_action_width=2, refuse_wider=True), Clock())
     rollout.on_connected(1)
     result = rollout.on_frame(1, metadata_frame(horizon=4, width=6))
-    assert result.kind == "error"
+    assert result.kind == "mismatch"
     assert "action_dim: 6, but the configured actions read 2 values per step" in result.detail
     assert "set control.action_dim: 6" in result.detail  # how to mean it
     assert rollout.poll(lambda env: obs(0)) == []
@@ -202,7 +212,7 @@ def test_a_wider_action_is_accepted_when_the_configured_width_says_so():
     assert rollout.take_step(0).tolist() == [action_value(0, 0, j) for j in range(6)]
     rollout.on_disconnected(rollout.epoch)
     rollout.on_connected(rollout.epoch + 1)
-    assert rollout.on_frame(rollout.epoch, metadata_frame(horizon=1, width=7)).kind == "error"
+    assert rollout.on_frame(rollout.epoch, metadata_frame(horizon=1, width=7)).kind == "mismatch"
 
 
 def test_a_driver_that_applies_any_width_accepts_a_wider_action():

@@ -73,6 +73,7 @@ class ScriptedTrainer:
         self._records: list[Record] = []
         self._arrivals: list[float] = []  # time.monotonic() of each record
         self.closes: dict[int, tuple[int | None, str]] = {}
+        self.opened: list[float] = []  # time.monotonic() at which each connection opened
         self.violations: list[tuple[int, Problem]] = []  # (connection, what the client broke), never enforced
         self._connections: list[ServerConnection] = []
         self._errors: list[BaseException] = []
@@ -131,6 +132,7 @@ class ScriptedTrainer:
         with self._lock:
             index = len(self._connections)
             self._connections.append(ws)
+            self.opened.append(time.monotonic())
         try:
             if self.metadata_delay_s:
                 # silent for a while; a client that closes meanwhile is recorded at once

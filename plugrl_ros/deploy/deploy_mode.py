@@ -30,7 +30,6 @@ from typing import Any
 from rclpy.node import Node
 
 from plugrl_ros.deploy.observer import PolicyObserver
-from plugrl_ros.node.diagnostics import ERROR, OK, WARN, Entry
 from plugrl_ros.policy.deploy import DeployRobot
 from plugrl_ros.policy.episodes import EpisodeEnd, EpisodeTracker, Phase
 from plugrl_ros.policy.runner import PolicyRunner
@@ -45,6 +44,7 @@ from plugrl_ros.protocol.policy.client import (
 )
 from plugrl_ros.protocol.policy.link import PolicyLinks
 from plugrl_ros.robot.robot_side import RobotSide
+from plugrl_ros.robot.status import ERROR, OK, WARN, Entry, env_condition
 from plugrl_ros.ros.config import BridgeConfig
 from plugrl_ros.ros.wakeup import Wakeup
 
@@ -120,6 +120,9 @@ class DeployMode:
     def on_input(self, env: int) -> None:
         """Timer mode: a message only updates the env's sources, read at the next tick."""
 
+    def describe(self) -> str:
+        return f"policy server {self.config.policy.server.uri} ({self.config.policy.execution.mode})"
+
     def on_pause(self, paused: bool) -> None:
         """Paused: every robot's chunks are dropped and its running episode is truncated (as in train mode)."""
         if paused:
@@ -169,6 +172,7 @@ class DeployMode:
     def _on_tick(self) -> None:
         robot = self.robot
         robot.check_pause()
+        robot.tend()
         now_ns = robot.now_ns()
         self.ticks.append(now_ns * 1e-9)
         stamp = robot.stamp()
@@ -356,21 +360,9 @@ class DeployMode:
                 f"{prefix}: env {io.index} ({self._env_name(io.index)})",
                 values={**episode_values(episode, io.reset.total_failures), **deploy.runner.stats().values()},
             )
-            stale = io.stale_sources(now_ns)
-            if episode.phase is Phase.RESETTING:
-                if io.reset.failures:
-                    entry.worse(WARN, f"reset failing ({io.reset.failures}x): {io.reset.last_error}")
-                else:
-                    entry.message = f"resetting ({io.reset.state.value})"
-            elif stale:
-                if all(reason.endswith("(nothing new since the reset)") for reason in stale):
-                    entry.message = "waiting for fresh observations after the reset"
-                else:
-                    entry.worse(WARN, "stale: " + "; ".join(stale))
-            elif unheard := io.unheard_problem():
-                entry.worse(WARN, unheard)
-            elif self.robot.paused:
-                entry.message = "paused"
+            condition = env_condition(io, self.robot.paused, now_ns, time.monotonic())
+            if condition is not None:
+                entry.level, entry.message = condition
             elif deploy.epoch is None:
                 entry.worse(WARN, "waiting for the policy server connection")
             else:

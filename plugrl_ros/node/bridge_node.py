@@ -2,8 +2,8 @@
 
 A composition only: parameters -> config (:mod:`plugrl_ros.ros.node_parameters`),
 the robot side every mode drives (:class:`plugrl_ros.robot.robot_side.RobotSide`),
-the mode with its link and stepping rule (:class:`plugrl_ros.train.train_mode.TrainMode`),
-and the status it reports (:mod:`plugrl_ros.node.diagnostics`, :mod:`plugrl_ros.node.status`).
+the mode with its link and stepping rule (train or deploy, behind the one interface of
+:mod:`plugrl_ros.node.mode`), and the status it reports (:mod:`plugrl_ros.node.diagnostics`).
 The process around it (signals, allocator, spin loop) is :mod:`plugrl_ros.node.process`.
 All callbacks run on one single-threaded executor, so nothing needs locks.
 """
@@ -23,15 +23,17 @@ from rclpy.node import Node
 
 from plugrl_ros import __version__
 from plugrl_ros.deploy.deploy_mode import DeployMode
-from plugrl_ros.node.diagnostics import UplinkMeter, bridge_status, recording_entry, status_array
-from plugrl_ros.node.status import WAITING_FOR_CLOCK, status_line, waiting_for_clock
+from plugrl_ros.node.diagnostics import recording_entry, status_array
+from plugrl_ros.node.mode import Mode
 from plugrl_ros.record.recorder import Recorder
-from plugrl_ros.robot.robot_side import RobotSide
+from plugrl_ros.robot.robot_side import WAITING_FOR_CLOCK, RobotSide
 from plugrl_ros.ros.config import BridgeConfig, check_environment
 from plugrl_ros.ros.node_parameters import configure
 from plugrl_ros.train.train_mode import TrainMode
 
 NODE_NAME = "plugrl_bridge"
+# config.mode -> the mode that drives the robots
+MODES = {"train": TrainMode, "deploy": DeployMode}
 
 
 class BridgeNode(Node):
@@ -54,17 +56,13 @@ class BridgeNode(Node):
         self.transient_faults: deque[float] = deque()  # times of survived rclpy faults (see process.spin_resiliently)
         # (no message is delivered before the executor spins, so the mode exists when the robot side calls it)
         self.robot = RobotSide(self, config, group, self._on_input, self._on_pause)
-        if config.mode == "deploy":
-            self.mode: TrainMode | DeployMode = DeployMode(self, config, self.robot, group, observer=self.recorder)
-        else:
-            self.mode = TrainMode(self, config, self.robot, group, observer=self.recorder)
+        self.mode: Mode = MODES[config.mode](self, config, self.robot, group, observer=self.recorder)
         if self.recorder is not None:
             parameters = {name: parameter.value for name, parameter in sorted(self._parameters.items())}
             versions = {"plugrl_ros": __version__, "python": sys.version.split()[0]}
             self.recorder.config(self.robot.now_ns(), parameters, versions)
 
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._uplink = UplinkMeter()
         # Status runs on the steady clock: under use_sim_time a simulator that never
         # publishes /clock would otherwise leave /diagnostics and the log silent.
         steady = Clock(clock_type=ClockType.STEADY_TIME)
@@ -99,11 +97,7 @@ class BridgeNode(Node):
             f"{len(c.envs)} env(s): {envs}; mode {c.control.mode}"
             + (f" at {c.control.rate_hz:g} Hz" if not lockstep else "")
             + f"; observing {topics}; "
-            + (
-                f"policy server {c.policy.server.uri} ({c.policy.execution.mode})"
-                if isinstance(self.mode, DeployMode)
-                else f"trainer {c.trainer.uri}"
-            )
+            + self.mode.describe()
             + ("; starting paused" if self.robot.pause.by_service else "")
             + (
                 f"; dead-man switch on {c.pause.topic}: running only while it says false every "
@@ -117,22 +111,16 @@ class BridgeNode(Node):
 
     def _publish_diagnostics(self) -> None:
         prefix = self.get_fully_qualified_name().lstrip("/") or NODE_NAME
-        if isinstance(self.mode, DeployMode):
-            entries = self.mode.diagnostics(prefix)
-        else:
-            entries = bridge_status(prefix, self.robot, self.mode, waiting_for_clock(self.get_clock()), self._uplink)
+        entries = self.mode.diagnostics(prefix)
         if self.recorder is not None:
             entries.append(recording_entry(prefix, self.recorder.status()))
         self._diagnostics.publish(status_array(entries, prefix, self.robot.stamp()))
 
     def _log_status(self) -> None:
-        if waiting_for_clock(self.get_clock()):
+        if self.robot.waiting_for_clock():
             self.get_logger().warning(WAITING_FOR_CLOCK)
             return
-        if isinstance(self.mode, DeployMode):
-            self.get_logger().info(self.mode.status_line())
-        else:
-            self.get_logger().info(status_line(self.robot, self.mode))
+        self.get_logger().info(self.mode.status_line())
 
     def shutdown_gracefully(self) -> None:
         """Idle every actuator first, then close the trainer (or policy) connections with 1000."""

@@ -192,6 +192,7 @@ class TrainerClient:
         self._stopping = asyncio.Event()
         self._abort_detail: str | None = None
         self._abort_code = CLOSE_PROTOCOL_ERROR
+        self._abort_retry_s: float | None = None  # the reconnect delay an abort asked for
         self._fatal_detail: str | None = None
         self._writer: asyncio.Future | None = None
         self._overdue: asyncio.TimerHandle | None = None
@@ -215,12 +216,15 @@ class TrainerClient:
         self._queue.put_nowait(outgoing)
         return True
 
-    def abort(self, epoch: int, detail: str, code: int = CLOSE_PROTOCOL_ERROR) -> None:
+    def abort(self, epoch: int, detail: str, code: int = CLOSE_PROTOCOL_ERROR, slowly: bool = False) -> None:
         """Close connection ``epoch`` and reconnect later: the trainer broke the protocol (1002), or
-        (1000) the connection holds a chunk that can only be dropped with it."""
+        (1000) the connection holds a chunk that can only be dropped with it. ``slowly``: every
+        reconnect will meet the same problem (a trainer that does not fit the configuration), so
+        wait ``reconnect_max_s`` before the next one."""
         if epoch == self._epoch and self._ws is not None and self._abort_detail is None:
             self._abort_detail = detail
             self._abort_code = code
+            self._abort_retry_s = self._settings.reconnect_max_s if slowly else None
             self._queue.put_nowait(None)
 
     def stop(self) -> None:
@@ -255,6 +259,7 @@ class TrainerClient:
             self._epoch += 1
             self._ws = ws
             self._abort_detail = None
+            self._abort_retry_s = None
             self._dead_detail = None
             self._answers = 0
             self._queue = asyncio.Queue()
@@ -272,9 +277,12 @@ class TrainerClient:
                 return kind
             if kind is CloseKind.STOP and not self._settings.wait_for_next_run:
                 return kind
-            if progressed:
-                self._backoff.reset()
-            delay = 0.0 if kind is CloseKind.RESYNC and progressed else self._backoff.next_delay()
+            if self._abort_retry_s is not None and kind is CloseKind.ABORTED:
+                delay = self._abort_retry_s
+            else:
+                if progressed:
+                    self._backoff.reset()
+                delay = 0.0 if kind is CloseKind.RESYNC and progressed else self._backoff.next_delay()
             await self._sleep(delay)
         return CloseKind.CLIENT
 

@@ -25,14 +25,18 @@ from rclpy.duration import Duration
 from rclpy.node import Node
 from std_msgs.msg import Bool, Float32, Float64
 
+from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.robot.reset import ResetProcedure
+from plugrl_ros.robot.silence import SilenceWatch
 from plugrl_ros.ros.config import BridgeConfig, TopicConfig, env_topic
 from plugrl_ros.ros.qos import qos_profile, subscription_event_callbacks
 from plugrl_ros.ros.sources import ConversionError
 
 # An actuator without a subscriber for this long is reported (DDS matches a new pair in well under that).
 _UNHEARD_WARNING_S = 3.0
+# A reset waiting this long for the robot's publishers to match says so (discovery takes 0.5-3 s here).
+_PUBLISHERS_NOTICE_S = 3.0
 
 
 class Latest:
@@ -93,12 +97,13 @@ class ShapeGuard:
 
 
 class _Source:
-    __slots__ = ("config", "latest", "topic")
+    __slots__ = ("config", "latest", "subscription", "topic")
 
     def __init__(self, config: TopicConfig, topic: str) -> None:
         self.config = config
         self.topic = topic
         self.latest = Latest()
+        self.subscription: Any = None
 
 
 class EnvIO:
@@ -128,6 +133,17 @@ class EnvIO:
         # once it can be, the chunk is cut (the rest of it was planned for an old state).
         self.interrupted = False
         self.resetting = False  # a reset procedure runs (started by the robot side, not yet done)
+        self.recovering = False  # that reset was started for silence (see plugrl_ros.robot.silence)
+        # The env has moved (a step published, or a chunk started from an observation) since its last reset:
+        # from then on a reset would cut an episode, so silence is reported but never answered with one.
+        self.moved = False
+        self.silence = SilenceWatch(
+            Backoff(config.reset.retry_initial_s, config.reset.retry_max_s, jitter=False),
+            can_reset=config.reset.mode != "none",
+        )
+        self.awaiting_publishers: list[str] = []  # a reset waits for these topics' publishers to match
+        self._awaiting_publishers_since_s: float | None = None
+        self._awaiting_publishers_said = False
         self.nonfinite_actions = 0
         self._clock_s = clock_s
         self.step_sent_s = 0.0  # when the last step went out (monotonic)
@@ -229,7 +245,7 @@ class EnvIO:
                 throttle_duration_sec=30.0,
             )
 
-        self._node.create_subscription(
+        source.subscription = self._node.create_subscription(
             msg_type or config.converter.msg_type,
             topic,
             callback,
@@ -296,6 +312,67 @@ class EnvIO:
         unheard = self.unheard_actuators()
         return f"no subscriber on {', '.join(unheard)} (commands would be lost)" if unheard else ""
 
+    def silence_limit_s(self) -> float:
+        """How long this env may go without a fresh observation before it is reported (0: forever).
+
+        In lockstep, and before the env has moved since its reset, ``control.env_timeout_s`` (a robot
+        answers a reset, then publishes). In timer mode once it has moved, its sources' smallest
+        ``max_age_s``: an older message is stale, and the robot cannot step on it.
+        """
+        timeout = self._config.control.env_timeout_s
+        if self._lockstep or not self.moved:
+            return timeout
+        ages = [s.config.max_age_s for s in self._observed if s.config.max_age_s > 0]
+        return min(ages) if ages else timeout
+
+    def unmatched_sources(self) -> list[str]:
+        """The topics of this env's observations and step results that no publisher has matched yet.
+
+        DDS matches a subscription to a publisher some time after both exist (seconds on a busy machine),
+        and a message published before that reaches nobody: a reset answered then is lost.
+        """
+        sources = [*self._observed, *self._step_sources]
+        if self._reward_source is not None:
+            sources.append(self._reward_source)
+        seen: set[str] = set()
+        unmatched = []
+        for source in sources:
+            if source.topic not in seen and source.subscription.get_publisher_count() == 0:
+                unmatched.append(source.topic)
+            seen.add(source.topic)
+        return unmatched
+
+    def ready_to_reset(self, now_s: float) -> bool:
+        """Whether a reset may start now: every source has a matched publisher, or ``reset.timeout_s`` passed.
+
+        A robot answers its reset by publishing fresh observations; a subscription not yet matched to
+        the publisher would lose them (in lockstep, for ever: the robot then waits for a command).
+        """
+        self.awaiting_publishers = self.unmatched_sources()
+        if not self.awaiting_publishers:
+            self._awaiting_publishers_since_s = None
+            self._awaiting_publishers_said = False
+            return True
+        if self._awaiting_publishers_since_s is None:
+            self._awaiting_publishers_since_s = now_s
+        waited = now_s - self._awaiting_publishers_since_s
+        if waited < self._config.reset.timeout_s:
+            if waited > _PUBLISHERS_NOTICE_S and not self._awaiting_publishers_said:
+                self._awaiting_publishers_said = True  # (discovery takes a second or two: only a longer wait is news)
+                self._node.get_logger().info(
+                    f"env {self.index}: waiting for the robot's publishers on {', '.join(self.awaiting_publishers)} "
+                    "before resetting it (its answer would be lost)"
+                )
+            return False
+        self._node.get_logger().warning(
+            f"env {self.index}: no publisher on {', '.join(self.awaiting_publishers)} after "
+            f"{self._config.reset.timeout_s:g} s (reset.timeout_s); resetting it anyway"
+        )
+        self._awaiting_publishers_since_s = None
+        self._awaiting_publishers_said = False
+        self.awaiting_publishers = []
+        return True
+
     def observe(self, now_ns: int, starting: bool = False) -> ObservationRow | None:
         """The current observation, or None (and :attr:`problem` says why) if it is not fresh.
 
@@ -317,6 +394,8 @@ class EnvIO:
             return None
         self._fresh_marks = None
         self.problem = ""
+        if starting:
+            self.moved = True
         return row
 
     def _unheard(self) -> bool:
@@ -375,8 +454,9 @@ class EnvIO:
         return result
 
     def require_fresh(self) -> None:
-        """From now on, observe only messages newer than this moment (after a reset starts)."""
+        """From now on, observe only messages newer than this moment (a reset starts: the env has not moved)."""
         self._fresh_marks = [s.latest.seq for s in self._observed]
+        self.moved = False
 
     def mark_step(self) -> None:
         """An action went out; its result is complete when every step source has spoken since."""
@@ -415,6 +495,7 @@ class EnvIO:
             sent[config.key] = values
         self.mark_step()
         self.step_sent_s = self._clock_s()
+        self.moved = True
         return sent
 
     def idle(self, stamp: Any) -> dict[str, np.ndarray | None]:

@@ -24,10 +24,16 @@ from rclpy.node import Node
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.robot.env_io import EnvIO, ShapeGuard
 from plugrl_ros.robot.pause import Pause
+from plugrl_ros.robot.silence import Verdict
 from plugrl_ros.ros.config import BridgeConfig
 
 # Threads that convert images beside the executor (OpenCV releases the GIL): a small robot computer's cores.
 _CONVERTER_THREADS = 2
+WAITING_FOR_CLOCK = (
+    "waiting for /clock: use_sim_time is true and no clock message has come, so the control loop "
+    "has not started (start the simulator, or set use_sim_time:=false)"
+)
+
 # How long the shutdown waits for the robot to acknowledge the idle commands (reliable QoS).
 # The data goes out at once, but Fast DDS (the default RMW) acknowledges a sample only in answer
 # to the writer's heartbeat, sent every 3 s: between processes the ack takes 0-3 s (measured
@@ -93,6 +99,11 @@ class RobotSide:
         """The node's clock (simulated time under use_sim_time)."""
         return self._node.get_clock().now().nanoseconds
 
+    def waiting_for_clock(self) -> bool:
+        """use_sim_time is on and no /clock message has come yet: simulated time has not started."""
+        clock = self._node.get_clock()
+        return bool(getattr(clock, "ros_time_is_active", False)) and clock.now().nanoseconds == 0
+
     def stamp(self) -> Any:
         return self._node.get_clock().now().to_msg()
 
@@ -128,19 +139,71 @@ class RobotSide:
     def reset(self, env: int) -> bool:
         """Drive ``env``'s reset (started on the first call, never while paused); True once it has completed.
 
-        From the start of a reset on, ``env`` observes only messages newer than that moment.
+        A reset starts once every source of the env has a matched publisher (or after ``reset.timeout_s``),
+        since the robot answers it by publishing. From its start on, ``env`` observes only messages newer
+        than that moment.
         """
         io = self.envs[env]
         if not io.resetting:
             if self.paused:
                 return False  # an operator paused the robots: do not move them
-            io.require_fresh()
-            io.reset.start()
-            io.resetting = True
-        if io.reset.poll():
-            io.resetting = False
-            return True
-        return False
+            if not io.ready_to_reset(time.monotonic()):
+                return False
+            self._start_reset(io)
+        return self._poll_reset(io)
+
+    def _start_reset(self, io: EnvIO) -> None:
+        io.require_fresh()
+        io.reset.start()
+        io.resetting = True
+
+    def _poll_reset(self, io: EnvIO) -> bool:
+        if not io.reset.poll():
+            return False
+        io.resetting = False
+        io.recovering = False
+        io.silence.restart(time.monotonic())  # the robot's answer to this reset is now due
+        return True
+
+    def tend(self) -> None:
+        """Call on every control tick (or lockstep housekeeping): find silent envs, report and recover them.
+
+        An env with no fresh observation for its limit is reported at WARN, naming its silent topics,
+        and, if it has not moved since its last reset, reset again (with the reset's backoff): one lost
+        message must not take a robot out of training. See :mod:`plugrl_ros.robot.silence`.
+        """
+        now_s = time.monotonic()
+        now_ns = self.now_ns()
+        paused = self.paused
+        log = self._node.get_logger()
+        for io in self.envs:
+            if io.recovering and io.resetting:
+                self._poll_reset(io)
+            # (a reset running, or waiting for the robot's publishers to match, is reported as such)
+            silent = [] if io.resetting or io.awaiting_publishers else io.stale_sources(now_ns)
+            movable = not (io.moved or io.resetting or paused)
+            verdict = io.silence.check(now_s, silent, io.silence_limit_s(), movable)
+            where = f"env {io.index} ({io.namespace or 'no namespace'})"
+            if verdict is Verdict.WARN:
+                if io.silence.retry_at_s is not None:
+                    then = f"resetting it in {io.silence.retry_at_s - now_s:.1f} s"
+                elif io.silence.can_reset:
+                    then = "it has moved since its reset, so it is not reset again"
+                else:
+                    then = "no reset is configured (reset.mode none) to make it publish again"
+                log.warning(
+                    f"{where}: no fresh observation for {io.silence.silent_for(now_s):.1f} s, waiting for "
+                    f"{', '.join(silent)}; {then}"
+                )
+            elif verdict is Verdict.RESET:
+                log.warning(
+                    f"{where}: resetting it for its silence (attempt {io.silence.resets}): its robot may have "
+                    f"published before the bridge's subscription matched, or not at all"
+                )
+                self._start_reset(io)
+                io.recovering = True
+            elif verdict is Verdict.HEARD:
+                log.info(f"{where}: observing again")
 
     def shutdown(self) -> None:
         """Idle every actuator and stop every reset; the converter threads end."""

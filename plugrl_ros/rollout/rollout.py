@@ -28,6 +28,14 @@ from plugrl_ros.rollout.scheduler import Decision, Timing, decide_feedback
 Capture = Callable[[int], "ObservationRow | None"]
 
 
+class ActionSpaceMismatch(ProtocolError):
+    """The trainer's action (its announced or sent width or horizon) does not fit the configured actions.
+
+    A broken rule of the link, but not a passing one: every reconnect to the same trainer meets it
+    again, so the driver treats it as a configuration problem (said once, retried slowly).
+    """
+
+
 @dataclass(frozen=True)
 class RolloutSettings:
     """What the core needs to know about the envs and the trainer."""
@@ -54,7 +62,8 @@ class RolloutSettings:
 class FrameResult:
     """What a trainer frame meant for the driver."""
 
-    kind: Literal["metadata", "action", "error", "ignored"]
+    # mismatch: the trainer's action space does not fit the configuration (close; reconnect slowly)
+    kind: Literal["metadata", "action", "error", "mismatch", "ignored"]
     envs: tuple[int, ...] = ()
     detail: str = ""
     metadata: Metadata | None = None
@@ -115,6 +124,9 @@ class Rollout:
                 self._check_announced_width(received.action_dim)
                 return FrameResult("metadata", metadata=received)
             self._check_shape(received)
+        except ActionSpaceMismatch as exc:
+            self._broken = True
+            return FrameResult("mismatch", detail=str(exc))
         except ProtocolError as exc:
             self._broken = True
             return FrameResult("error", detail=str(exc))
@@ -150,17 +162,21 @@ class Rollout:
         detail = f"{width}, but the configured actions read {needed} values per step"
         if width > needed:
             detail += f" (to run on the first {needed} and ignore the rest, set control.action_dim: {width})"
-        raise ProtocolError("metadata.data.action_dim", detail)
+        raise ActionSpaceMismatch("metadata.data.action_dim", detail)
 
     def _check_shape(self, chunk: ActionChunk) -> None:
         horizon, width = self.expected_horizon, self.expected_width
         got = action_width(chunk)
+        announced = self.metadata.action_horizon if self.metadata else None
         if horizon is not None and chunk.horizon != horizon:
-            raise ProtocolError("action.data.action", f"horizon {chunk.horizon}, but the expected horizon is {horizon}")
+            # against the trainer's own metadata a passing fault; against the configuration, a mismatch
+            error = ProtocolError if announced else ActionSpaceMismatch
+            raise error("action.data.action", f"horizon {chunk.horizon}, but the expected horizon is {horizon}")
         if width is not None and got != width:
-            raise ProtocolError("action.data.action", f"width {got} per step, but the expected width is {width}")
+            error = ProtocolError if self.metadata and self.metadata.action_dim else ActionSpaceMismatch
+            raise error("action.data.action", f"width {got} per step, but the expected width is {width}")
         if got < self.settings.min_action_width:
-            raise ProtocolError(
+            raise ActionSpaceMismatch(
                 "action.data.action",
                 f"width {got} per step, but the configured actions read {self.settings.min_action_width} values",
             )

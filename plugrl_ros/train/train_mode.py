@@ -23,11 +23,13 @@ from plugrl_ros.protocol.client import CloseKind, Connected, ConnectFailed, Disc
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.robot.env_io import EnvIO
 from plugrl_ros.robot.robot_side import RobotSide
+from plugrl_ros.robot.status import Entry
 from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
 from plugrl_ros.rollout.timer_steps import TimerSteps
 from plugrl_ros.ros.config import BridgeConfig
 from plugrl_ros.train.observer import TransitionObserver
 from plugrl_ros.train.rates import RateMeter
+from plugrl_ros.train.status import UplinkMeter, train_diagnostics, train_status_line
 from plugrl_ros.train.trainer_link import Finished, LinkEvent, TrainerLink
 
 EXIT_OK = 0
@@ -79,6 +81,10 @@ class TrainMode:
         self.step_rates = [RateMeter() for _ in robot.envs]  # each env's finished steps, on the node's clock
         self.last_close = ""
         self.reconnects = 0
+        # why the trainer does not fit this bridge's configuration, while it does not (empty: it does)
+        self.config_problem = ""
+        self._closing_for_config: int | None = None  # the epoch aborted for it
+        self._uplink = UplinkMeter()
         period = config.control.period_s
         if self.lockstep:
             # housekeeping only (resets, deadlines, batching windows); steps are event-driven
@@ -99,6 +105,15 @@ class TrainMode:
         """The robot side paused or resumed the robots: running episodes are truncated."""
         self.rollout.set_paused(paused)
 
+    def describe(self) -> str:
+        return f"trainer {self.config.trainer.uri}"
+
+    def diagnostics(self, prefix: str) -> list[Entry]:
+        return train_diagnostics(prefix, self, self._uplink)
+
+    def status_line(self) -> str:
+        return train_status_line(self)
+
     # -- trainer events ------------------------------------------------------
 
     def _on_link_event(self, event: LinkEvent) -> None:
@@ -108,6 +123,8 @@ class TrainMode:
             if result.kind == "error":
                 log.error(f"the trainer broke the protocol: {result.detail}; closing and reconnecting")
                 self.link.abort(event.epoch, result.detail)
+            elif result.kind == "mismatch":
+                self._mismatch(event.epoch, result.detail or "")
             elif result.kind == "metadata" and result.metadata is not None:
                 if self.observer is not None:
                     self.observer.link_event(
@@ -119,6 +136,9 @@ class TrainMode:
                     log.warning(f"ignoring malformed metadata keys: {', '.join(result.metadata.ignored)}")
                 self._poll()
             elif result.kind == "action":
+                if self.config_problem:
+                    log.info("the trainer's actions fit the configuration now")
+                    self.config_problem = ""
                 log.debug(f"connection {event.epoch}: action, env(s) {list(result.envs)}, {len(event.frame)} bytes")
                 if self.observer is not None:
                     self._observe_chunks(result.envs)
@@ -160,7 +180,7 @@ class TrainMode:
             dropped = f"; dropped the chunks of env(s) {list(lost)}" if lost else ""
             text = f"trainer connection closed ({event.kind.value}, {event.detail}){dropped}"
             # (rclpy refuses one call site logging at two severities)
-            if event.kind in (CloseKind.STOP, CloseKind.CLIENT):
+            if event.kind in (CloseKind.STOP, CloseKind.CLIENT) or event.epoch == self._closing_for_config:
                 log.info(text)
             else:
                 log.warning(text)
@@ -182,12 +202,31 @@ class TrainMode:
                 log.info("the trainer finished the run (plugrl-server-stop); stopping")
             self.finished = True
 
+    def _mismatch(self, epoch: int, detail: str) -> None:
+        """The trainer's action space does not fit the configured actions: a configuration problem.
+
+        Every reconnect to that trainer meets it again, so it is said once at ERROR (and stays on
+        /diagnostics as ERROR), and the bridge reconnects only every ``trainer.reconnect_max_s``
+        (the trainer may be restarted with the right settings, or another run begin).
+        """
+        if detail != self.config_problem:
+            self._node.get_logger().error(
+                f"the trainer's action does not fit this bridge's configuration: {detail}. Every reconnect "
+                "will meet this again: start the trainer for this robot, or change the actions' slices "
+                f"(control.action_dim, control.action_horizon); retrying every "
+                f"{self.config.trainer.reconnect_max_s:g} s (trainer.reconnect_max_s)"
+            )
+        self.config_problem = detail
+        self._closing_for_config = epoch
+        self.link.abort(epoch, detail, slowly=True)
+
     # -- stepping ------------------------------------------------------------
 
     def _on_tick(self) -> None:
         """Timer mode: sample the steps that are due, send what is due, publish this tick's steps."""
         robot = self.robot
         robot.check_pause()
+        robot.tend()
         now_ns = robot.now_ns()  # the node's clock: simulated time under use_sim_time
         now_s = now_ns * 1e-9
         self.loop_rate.add(now_s)
@@ -318,6 +357,7 @@ class TrainMode:
     def _housekeeping(self) -> None:
         """Lockstep: failures, resets, deadlines and batching windows, which no message arrival drives."""
         self.robot.check_pause()
+        self.robot.tend()
         self.loop_rate.add(self.robot.now_ns() * 1e-9)
         for io in self.robot.envs:
             self._check_failure(io, [])

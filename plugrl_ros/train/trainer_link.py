@@ -91,8 +91,8 @@ class TrainerLink:
     def send(self, epoch: int, outgoing: Outgoing) -> None:
         self._call(self._client.send, epoch, outgoing)
 
-    def abort(self, epoch: int, detail: str, code: int = 1002) -> None:
-        self._call(self._client.abort, epoch, detail, code)
+    def abort(self, epoch: int, detail: str, code: int = 1002, slowly: bool = False) -> None:
+        self._call(self._client.abort, epoch, detail, code, slowly)
 
     def stop(self) -> None:
         self._call(self._client.stop)
