@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 pytest.importorskip("ray.rllib")
 
-from harness import ROOT, write_params
+import yaml
 
 from plugrl_ros.params.section import ConfigError
 from plugrl_ros.rllib.chunks import ChunkMapping, chunk_gamma
 from plugrl_ros.rllib.spaces import robot_spaces
 
-pytestmark = [pytest.mark.rllib]
+# ros: the params reader shares a module with the bridge's parameter declarations (rclpy, imported there lazily)
+pytestmark = [pytest.mark.rllib, pytest.mark.ros]
 
+ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "config" / "demo.yaml"
 
 
-def params(tmp_path, observations: dict, actions: dict):
-    return write_params(tmp_path / "robot.yaml", {"observations": observations, "actions": actions})
+def params(tmp_path: Path, observations: dict, actions: dict) -> Path:
+    """A bridge params file with these sections, as a user writes one."""
+    path = tmp_path / "robot.yaml"
+    document = {"/**": {"ros__parameters": {"observations": observations, "actions": actions}}}
+    path.write_text(yaml.safe_dump(document))
+    return path
 
 
 ARM = {"arm": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 2]}}
