@@ -308,3 +308,14 @@ def test_the_feedback_bound_closes_a_silent_connection(runner):
         return closed
 
     assert run(scenario) == (1001, "Feedback timeout")
+
+
+def test_a_port_already_taken_is_an_error_naming_the_runner_and_the_setting(runner):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=rf'runner 0 cannot listen on 127\.0\.0\.1:{port}.*\["port"\] \+ i'):
+            runner(port=port)

@@ -160,7 +160,14 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 self.figures,
                 self.settings.feedback_timeout_s,
             )
-            self.port = self._server.start()
+            try:
+                self.port = self._server.start()
+            except OSError as exc:
+                raise OSError(
+                    f"PlugRL runner {self.worker_index} cannot listen on {self.settings.host}:"
+                    f"{self.settings.port_of(self.worker_index)} ({exc.strerror or exc}): runner i listens on "
+                    'env_config["plugrl"]["port"] + i; choose a port range nothing else holds'
+                ) from exc
             log.info("PlugRL runner %d listens for bridges on %s:%d", self.worker_index, self.settings.host, self.port)
             if self.settings.serve_during_updates:
                 self._answering = True
