@@ -63,6 +63,8 @@ setup(
         "opencv": ["opencv-python-headless"],
         # Gymnasium envs as ROS robots (plugrl-gym-robot); requirements/gym.txt pins what CI tests
         "gym": ["gymnasium[classic-control,mujoco]>=1.2.2", "mujoco>=3.3"],
+        # plugrl_ros.rllib: an RLlib EnvRunner serving PlugRL (pinned in requirements/rllib.txt)
+        "rllib": ["ray[rllib]>=2.60,<2.61", "torch"],
     },
     zip_safe=True,
     maintainer="plugrl_ros maintainers",

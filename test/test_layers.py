@@ -50,7 +50,33 @@ FORBIDDEN = {
         "rclpy",
         "websockets",
     ),
+    # the rllib extra stands on the protocol core, the serving tools and the params reader; never on the bridge
+    "rllib": (
+        "plugrl_ros.node",
+        "plugrl_ros.robot",
+        "plugrl_ros.train",
+        "plugrl_ros.deploy",
+        "plugrl_ros.ros",
+        "plugrl_ros.rollout",
+        "plugrl_ros.record",
+        "rclpy",
+    ),
 }
+
+# The optional extras are never imported by the bridge's layers (nor by what they stand on).
+EXTRAS = ("plugrl_ros.rllib", "plugrl_ros.gym", "ray", "torch", "gymnasium", "mujoco")
+BRIDGE_LAYERS = (
+    "protocol",
+    "protocol/policy",
+    "rollout",
+    "policy",
+    "params",
+    "ros",
+    "robot",
+    "train",
+    "deploy",
+    "node",
+)
 
 
 # top-level pure modules whose names only begin like a layer's
@@ -105,3 +131,13 @@ def test_the_gym_direct_path_and_config_generation_import_no_ros():
     paths = [ROOT / "plugrl_ros" / "gym" / name for name in _GYM_WITHOUT_ROS]
     assert all(path.exists() for path in paths)
     assert not _offenders(paths, ("rclpy", "plugrl_ros.ros", "plugrl_ros.node", "plugrl_ros.gym.robot_node"))
+
+
+@pytest.mark.parametrize("layer", BRIDGE_LAYERS)
+def test_the_bridge_never_imports_an_optional_extra(layer):
+    offenders = []
+    for path in sorted((ROOT / "plugrl_ros" / layer).glob("*.py")):
+        for name in imports(path):
+            if any(name == extra or name.startswith(extra + ".") for extra in EXTRAS):
+                offenders.append(f"{path.name} imports {name}")
+    assert not offenders

@@ -57,6 +57,8 @@ def _package_imports() -> tuple[set[str], set[str]]:
     """(required, optional) top-level modules; optional = imported only where ImportError is caught."""
     required, optional = set(), set()
     for path in (ROOT / "plugrl_ros").rglob("*.py"):
+        if path.relative_to(ROOT / "plugrl_ros").parts[0] in OPTIONAL_EXTRAS:
+            continue  # pip extras for the trainer's side, never on a robot (test_the_extras_...)
         tree = ast.parse(path.read_text())
         guarded = set()
         for node in ast.walk(tree):
@@ -68,6 +70,12 @@ def _package_imports() -> tuple[set[str], set[str]]:
         for node in ast.walk(tree):
             (optional if id(node) in guarded else required).update(_imported(node))
     return required, optional - required
+
+
+# plugrl_ros subpackages that are pip extras (setup.py extras_require), not robot dependencies
+OPTIONAL_EXTRAS = ("rllib", "gym")
+# an extra's third-party imports -> the requirement in its extras_require entry that brings them
+_EXTRA_REQUIREMENTS = {"rllib": {"ray": "ray[rllib]", "torch": "torch", "gymnasium": "ray[rllib]"}}
 
 
 # third-party import -> the rosdep key package.xml must declare for it
@@ -115,6 +123,22 @@ def test_every_third_party_import_is_declared_in_package_xml():
             missing.append(f"{module} -> {key}")
     assert not missing, f"undeclared in package.xml: {missing}"
     assert launch_files <= declared
+
+
+def test_the_rllib_extras_imports_come_with_its_extras_require_and_stay_out_of_package_xml():
+    setup = (ROOT / "setup.py").read_text()
+    extras = setup.split("extras_require=", 1)[1].split("\n    },", 1)[0]
+    rllib = extras.split('"rllib":', 1)[1].split("\n", 1)[0]
+    imported = set()
+    for path in (ROOT / "plugrl_ros" / "rllib").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            imported.update(_imported(node))
+    third_party = imported - set(sys.stdlib_module_names) - {"plugrl_ros"} - set(_ROSDEP_KEYS) - set(_PIP_ONLY)
+    assert third_party == set(_EXTRA_REQUIREMENTS["rllib"]), third_party
+    for requirement in _EXTRA_REQUIREMENTS["rllib"].values():
+        assert f'"{requirement}' in rllib, f"setup.py's rllib extra does not require {requirement}"
+    declared = {e.text for e in ET.parse(ROOT / "package.xml").getroot()}
+    assert not declared & {"ray", "torch", "gymnasium", "python3-torch"}, "rosdep would pull the trainer onto robots"
 
 
 def test_the_python_versions_claimed_are_the_ones_setup_py_allows():

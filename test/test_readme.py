@@ -70,6 +70,10 @@ EXERCISED = {
     "plugrl-demo-trainer --action-dim 1": GYM,
     "pip install 'plugrl_ros[gym]'": DEPENDENCIES,
     "ros2 run plugrl_ros gym_robot": "not here: ros2cli is not on PyPI; gym_robot is plugrl-gym-robot's entry point",
+    'scripts/setup-venv.sh .venv kilted "" rllib': "mirror: .ci/run (the rllib stage builds its venv this way)",
+    "plugrl-demo --trainer rllib": (
+        "mirror: test_rllib_bridge.py::test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge"
+    ),
 }
 
 _COMMAND_WORDS = ("scripts/", "plugrl-", "ros2 ", "colcon ", "rosdep ", "pip ", "git ", "mkdir ", "cd ", "source ")

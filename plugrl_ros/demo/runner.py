@@ -45,6 +45,7 @@ EXIT_FAILED = 1
 
 CONNECT_TIMEOUT_S = 60.0  # the bridge must reach the trainer within this long of starting
 STOP_TIMEOUT_S = 15.0
+TRAINER_START_TIMEOUT_S = 120.0  # RLlib starts Ray and builds its algorithm before it listens
 END_GRACE_S = 60.0  # after the run ends, the bridge must exit within this long
 TTY_PERIOD_S = 1.0
 PLAIN_PERIOD_S = 5.0
@@ -270,6 +271,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default="demo-output", help="results and logs go here (default %(default)s/)")
     p.add_argument("--seed", type=int, default=0, help="seeds the robot's poses and the trainer (default %(default)s)")
     p.add_argument(
+        "--trainer",
+        choices=("demo", "rllib"),
+        default="demo",
+        help="demo: the small local trainer (default); rllib: RLlib's PPO through a PlugRL EnvRunner "
+        "(needs the rllib extra: scripts/setup-venv.sh .venv kilted '' rllib); no deploy step",
+    )
+    p.add_argument(
         "--record",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -476,8 +484,9 @@ class DemoRun:
         settings = DemoTrainerSettings(
             port=0, duration_s=args.duration, seed=args.seed, feedback_timeout_s=FEEDBACK_TIMEOUT_S
         )
-        trainer = TrainerThread(DemoTrainer(settings), name="plugrl-demo-trainer")
-        port = trainer.start()
+        trainer = make_trainer(args, settings, config)
+        # RLlib builds its algorithm (and starts Ray) before it listens
+        port = trainer.start(timeout=TRAINER_START_TIMEOUT_S)
         started_wall = time.time()
         mode = args.mode + (f" at {args.rate:g} Hz" if args.mode == "timer" else "")
         self._say(
@@ -504,8 +513,9 @@ class DemoRun:
                 bridge_code = bridge.stop()
                 trainer.join(10.0)
             history = watch.history()
-            # the trainer has stopped: nothing changes the learner any more
-            policy = write_policy(self.output, trainer.trainer.learner)
+            # the trainer has stopped: nothing changes the learner any more; only the demo's is linear
+            learner = getattr(trainer.trainer, "learner", None)
+            policy = None if learner is None else write_policy(self.output, learner)
             if (
                 policy is not None
                 and args.deploy_duration > 0
@@ -702,7 +712,7 @@ class DemoRun:
             "env_steps_per_s": round(steps / stats.elapsed_s, 1) if stats.elapsed_s > 0 else None,
             "chunks": stats.chunks,
             "policy_updates": stats.updates,
-            "final_policy_noise": round(stats.policy_std, 3),
+            "final_policy_noise": None if stats.policy_std is None else round(stats.policy_std, 3),
             "infer_round_trip_median_ms": round(statistics.median(latencies), 2) if latencies else None,
             "trainer_reconnects": history[-1].reconnects if history else None,
             "bridge_exit_code": bridge_code,
@@ -747,6 +757,18 @@ class DemoRun:
         if summary.get("failure"):
             lines.append(f"  FAILED: {summary['failure']}")
         self._say("\n".join(lines))
+
+
+def make_trainer(args: argparse.Namespace, settings: DemoTrainerSettings, config: Path) -> TrainerThread[Any]:
+    """The demo's trainer on its thread: the demo trainer, or RLlib PPO through a PlugRL EnvRunner."""
+    if args.trainer == "rllib":
+        from plugrl_ros.rllib.demo import RLlibDemoTrainer, demo_config  # the rllib extra, only when asked for
+
+        def make_config() -> Any:
+            return demo_config(config, port=0, seed=args.seed)
+
+        return TrainerThread(RLlibDemoTrainer(make_config, args.duration), name="plugrl-demo-rllib")
+    return TrainerThread(DemoTrainer(settings), name="plugrl-demo-trainer")
 
 
 def recordings_made(folder: Path, since: float) -> list[Path]:

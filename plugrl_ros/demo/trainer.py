@@ -60,7 +60,7 @@ class TrainerStats:
     episodes: int
     recent_mean_return: float | None  # over the last RECENT_EPISODES episodes
     updates: int
-    policy_std: float
+    policy_std: float | None  # the exploration noise, when the learner has one number for it
     finished: bool
 
 

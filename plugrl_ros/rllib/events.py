@@ -1,0 +1,77 @@
+"""What the websocket thread hands the sampling thread: checked protocol events, in arrival order.
+
+The websocket thread (:mod:`plugrl_ros.rllib.link`) checks every frame
+against the protocol and the observation space, then queues one of these; the
+EnvRunner consumes them in order on the thread that samples. An infer carries
+an :class:`Answer` that the sampling thread fills with the action chunk and the
+websocket thread sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Observation = dict[str, dict[str, np.ndarray]]  # one row: {"states": {...}, "images": {...}}
+
+
+class Answer:
+    """The action chunk for one infer, delivered from any thread to the connection's event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.future: asyncio.Future[np.ndarray] = loop.create_future()
+
+    def deliver(self, chunk: np.ndarray) -> None:
+        """Hand over the chunk ``[H, n, da]`` (thread-safe; nothing happens if the connection is gone)."""
+        self._loop.call_soon_threadsafe(self._set, chunk)
+
+    def _set(self, chunk: np.ndarray) -> None:
+        if not self.future.done():
+            self.future.set_result(chunk)
+
+
+@dataclass(frozen=True)
+class Connected:
+    """A bridge connected; ``link`` names the connection for as long as it lasts."""
+
+    link: int
+    remote: str
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """An infer: these envs need an action; ``rows`` holds the observations sent (not those reused)."""
+
+    link: int
+    envs: tuple[int, ...]
+    rows: dict[int, Observation]
+    answer: Answer
+    received_s: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class FedBack:
+    """A feedback: one chunk's outcome per env (reward summed over the chunk, the observation after it)."""
+
+    link: int
+    envs: tuple[int, ...]
+    observations: list[Observation]
+    rewards: np.ndarray  # float64 [m]
+    terminated: np.ndarray  # bool [m]
+    truncated: np.ndarray  # bool [m]
+    episodes: list[dict[str, Any] | None]  # info["episode"] of each row that ended one, as the bridge counted it
+
+
+@dataclass(frozen=True)
+class Closed:
+    """The connection is gone, and with it every env state it had (the protocol's rule on every close)."""
+
+    link: int
+
+
+Event = Connected | Inferred | FedBack | Closed

@@ -1,0 +1,234 @@
+"""The EnvRunner's websocket server: bridges connect here, on a thread and event loop of its own.
+
+Each connection runs on the package's server-side protocol core,
+:class:`~plugrl_ros.protocol.trainer_connection.TrainerConnection`, exactly
+as the demo trainer's do: metadata first, strict alternation, an env in a
+feedback only while it holds an action, ``reuse-feedback-obs`` offered, an
+``info`` that splits per env. Observations are read into the runner's
+observation space here too (:mod:`plugrl_ros.rllib.observations`), so a
+broken rule or a frame unlike the declared spaces closes that connection with
+``plugrl-server-resync`` before anything reaches an episode, and the other
+bridges go on. Checked messages become events on a queue for the sampling
+thread; an infer's action comes back through its :class:`Answer`. A
+connection whose feedback is later than ``feedback_timeout_s`` after an action
+is closed (``Feedback timeout``), and :meth:`BridgeServer.stop` ends the run
+for every bridge with ``plugrl-server-stop``.
+
+While an infer waits for its answer (with on-policy timing, through the
+learner's update) nothing is read from that connection; no keepalive pings
+are sent, so a busy learner never closes a healthy link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
+from plugrl_ros.protocol.codec import packb
+from plugrl_ros.protocol.errors import ProtocolError
+from plugrl_ros.protocol.server_messages import Feedback, Infer
+from plugrl_ros.protocol.trainer_connection import ServerPhase, TrainerConnection
+from plugrl_ros.rllib.events import Answer, Closed, Connected, Event, FedBack, Inferred
+from plugrl_ros.rllib.link_figures import LinkFigures
+from plugrl_ros.rllib.observations import ObservationReader
+from plugrl_ros.tools.serving import serve_trainer
+
+log = logging.getLogger("plugrl_ros.rllib.link")
+
+FEEDBACK_TIMEOUT_REASON = "Feedback timeout"
+_CLOSE_TIMEOUT_S = 5.0
+
+
+class BridgeServer:
+    """Serves PlugRL to bridges on its own thread; hands checked events to ``events``."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        reader: ObservationReader,
+        metadata: Mapping[str, Any],
+        events: queue.Queue[Event],
+        figures: LinkFigures,
+        feedback_timeout_s: float,
+    ) -> None:
+        self.host = host
+        self.reader = reader
+        self.metadata = dict(metadata)
+        self.events = events
+        self.figures = figures
+        self.feedback_timeout_s = feedback_timeout_s
+        self._requested_port = port
+        self._links = itertools.count()
+        self._connections: set[ServerConnection] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: Server | None = None
+        self._stopping: asyncio.Event | None = None
+        self._port: concurrent.futures.Future[int] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, name="plugrl-rllib-link", daemon=True)
+
+    # -- from the runner's thread --------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> int:
+        """Listen; the port (OSError if the address cannot be bound)."""
+        self._thread.start()
+        return self._port.result(timeout)
+
+    @property
+    def port(self) -> int:
+        return self._port.result(0)
+
+    @property
+    def listening(self) -> bool:
+        return self._thread.is_alive() and self._port.done() and self._port.exception() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End the run: every bridge is closed with ``plugrl-server-stop``, then the server and its thread stop."""
+        if self._loop is not None and self._stopping is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        self._thread.join(timeout)
+
+    # -- the event loop's thread ---------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # hand a failure to start to the thread that waits for the port
+            if not self._port.done():
+                self._port.set_exception(exc)
+            else:
+                log.exception("the bridge server failed")
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self._server = await serve_trainer(self._handle, self.host, self._requested_port, _CLOSE_TIMEOUT_S)
+        self._port.set_result(next(iter(self._server.sockets)).getsockname()[1])
+        await self._stopping.wait()
+        await asyncio.gather(*(ws.close(1001, STOP_REASON) for ws in list(self._connections)))
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        assert self._stopping is not None
+        if self._stopping.is_set():
+            await ws.close(1001, STOP_REASON)
+            return
+        link = next(self._links)
+        self._connections.add(ws)
+        self.figures.opened(link)
+        self.events.put(Connected(link, str(ws.remote_address)))
+        log.info("bridge %d connected from %s", link, ws.remote_address)
+        connection = TrainerConnection(strict=True)
+        try:
+            await ws.send(packb(connection.send_metadata(self.metadata)))
+            await self._serve(ws, link, connection)
+        except ConnectionClosed as exc:
+            log.info("bridge %d left: %s", link, exc)
+        finally:
+            self._connections.discard(ws)
+            self.figures.closed(link)
+            self.events.put(Closed(link))
+
+    async def _serve(self, ws: ServerConnection, link: int, connection: TrainerConnection) -> None:
+        while True:
+            awaiting_feedback = connection.phase is ServerPhase.AWAIT_FEEDBACK
+            try:
+                frame = await asyncio.wait_for(ws.recv(), self.feedback_timeout_s if awaiting_feedback else None)
+            except asyncio.TimeoutError:
+                log.warning("bridge %d: no feedback for %g s; closing", link, self.feedback_timeout_s)
+                await ws.close(1001, FEEDBACK_TIMEOUT_REASON)
+                return
+            read_at = time.monotonic()
+            try:
+                message = connection.receive(frame)
+                event = self._event(link, message, read_at)
+            except ProtocolError as exc:
+                # as a PlugRL server does: forget this connection's state and let the bridge start over
+                log.warning("bridge %d: %s; asking it to resync", link, exc)
+                connection.close()
+                await ws.close(1001, RESYNC_REASON)
+                return
+            if isinstance(event, FedBack):
+                self.events.put(event)
+                continue
+            self.figures.infer_read(link, event.envs, read_at)
+            self.events.put(event)
+            chunk = await _answer_or_close(ws, event.answer)
+            if chunk is None:
+                return
+            await ws.send(packb(connection.answer(chunk)))
+            self.figures.answer_sent(link, event.envs, read_at)
+
+    def _event(self, link: int, message: Infer | Feedback, read_at: float) -> Inferred | FedBack:
+        if isinstance(message, Infer):
+            sent = [
+                env for env, reused in zip(message.env_indices, message.reuse or itertools.repeat(False)) if not reused
+            ]
+            rows = self.reader.rows(message.observation.data, len(sent), "data")
+            assert self._loop is not None
+            return Inferred(link, message.env_indices, dict(zip(sent, rows)), Answer(self._loop), read_at)
+        # a strict connection hands on only usable arrays
+        assert message.rewards is not None and message.terminated is not None and message.truncated is not None
+        m = len(message.env_indices)
+        return FedBack(
+            link,
+            message.env_indices,
+            self.reader.rows(message.observation.data, m, "obs"),
+            message.rewards,
+            message.terminated,
+            message.truncated,
+            episode_entries(message.info, message.terminated | message.truncated),
+        )
+
+
+async def _answer_or_close(ws: ServerConnection, answer: Answer) -> np.ndarray | None:
+    """The answer, or None if the bridge went away while it was computed."""
+    closed = asyncio.ensure_future(ws.wait_closed())
+    try:
+        await asyncio.wait({answer.future, closed}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        closed.cancel()
+    if answer.future.done():
+        return answer.future.result()
+    answer.future.cancel()
+    return None
+
+
+def episode_entries(info: Any, ended: np.ndarray) -> list[dict[str, Any] | None]:
+    """Per row, ``info["episode"]`` (r, l, s) where the row ended its episode and the mask holds; else None.
+
+    The bridge counts return, length (in control steps) and success itself;
+    PlugRL servers read them only on ended rows, and so does this one.
+    """
+    m = len(ended)
+    episode = info.get("episode") if isinstance(info, dict) else None
+    if episode is None:
+        return [None] * m
+    if not isinstance(episode, dict):
+        raise ProtocolError("info.episode", "must be a map of r, l, s and mask arrays")
+    try:
+        mask = np.asarray(episode["mask"], dtype=bool).reshape(m)
+        returns = np.asarray(episode["r"], dtype=np.float64).reshape(m)
+        lengths = np.asarray(episode.get("l", np.zeros(m)), dtype=np.int64).reshape(m)
+        success = np.asarray(episode.get("s", np.zeros(m)), dtype=bool).reshape(m)
+    except (KeyError, ValueError, TypeError):
+        raise ProtocolError("info.episode", f"must hold r and mask arrays (and l, s) of length {m}") from None
+    return [
+        {"r": float(returns[row]), "l": int(lengths[row]), "s": bool(success[row])}
+        if ended[row] and mask[row]
+        else None
+        for row in range(m)
+    ]

@@ -1,0 +1,158 @@
+"""One bridge connection's robots as RLlib ``SingleAgentEpisode``s: infers and feedback in, episodes out.
+
+An env's episode starts at its first observation on the connection, and
+after each episode's end at the next one: ``add_env_reset`` with the infer's
+row. Each feedback row is one RL step, ``add_env_step`` with the action the
+env held (as sampled, with its ``action_logp``, ``action_dist_inputs`` and the
+weights' sequence number), the chunk's summed reward, the observation after
+the chunk (the terminal one when the episode ended), the flags, and the
+bridge's ``info["episode"]`` on the row that ended it.
+
+A continuing episode's next action is computed from its last stored
+observation, the feedback's. That is what the next infer carries: the
+bridge sends the feedback's row again, or reuses it under
+``reuse-feedback-obs``. So an infer's row for a continuing env is checked
+against the spaces but not used, and the observation the policy acted on is
+always the one the episode holds, the one the learner recomputes
+probabilities from.
+
+The protocol forgets every env of a connection when it closes, and so does
+this: steps already fed back stay valid training data and are returned as
+chunks that never continue (RLlib bootstraps a chunk that did not end); the
+action in flight is dropped with its unfinished step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+
+from plugrl_ros.rllib.chunks import ChunkMapping
+from plugrl_ros.rllib.events import FedBack, Inferred
+from plugrl_ros.rllib.inference import Decision, PolicyPass, Prepared
+
+
+@dataclass
+class _Robot:
+    episode: SingleAgentEpisode | None = None  # the running episode's current chunk; None between episodes
+    prepared: Prepared | None = None  # the env-to-module batch that holds its last observation ...
+    row: int = 0  # ... at this row
+    held: Decision | None = None  # the action it is executing, until its feedback
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a policy call needs besides the observations."""
+
+    explore: bool
+    t: int  # global env steps, for exploration schedules
+    random_actions: bool
+    weights_seq_no: int
+
+
+class RobotEpisodes:
+    """The episodes of one connection's envs."""
+
+    def __init__(self, link: int, observation_space: gym.Space, action_space: gym.Space, chunks: ChunkMapping) -> None:
+        self.link = link
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.chunks = chunks
+        self._robots: dict[int, _Robot] = {}
+
+    @property
+    def holding(self) -> bool:
+        """Whether any env executes an action whose feedback has not come."""
+        return any(robot.held is not None for robot in self._robots.values())
+
+    def infer(self, event: Inferred, policy: PolicyPass, step: Step) -> np.ndarray:
+        """The action chunk ``[H, n, action_dim]`` for the infer's envs, in its order."""
+        robots = [self._robots.setdefault(env, _Robot()) for env in event.envs]
+        starting = []
+        for env, robot in zip(event.envs, robots):
+            if robot.episode is None:
+                # the connection checked that a reused row only ever continues an episode
+                robot.episode = SingleAgentEpisode(
+                    observation_space=self.observation_space, action_space=self.action_space
+                )
+                robot.episode.add_env_reset(observation=event.rows[env])
+                starting.append(robot)
+        if starting:
+            self._prepare(starting, policy, step.explore)
+        batches: dict[int, tuple[Prepared, list[_Robot]]] = {}
+        for robot in robots:
+            assert robot.prepared is not None and robot.held is None, "an env asked twice for one observation"
+            batches.setdefault(id(robot.prepared), (robot.prepared, []))[1].append(robot)
+        for prepared, members in batches.values():
+            decisions = policy.decide(prepared, step.explore, step.t, step.random_actions)
+            for robot in members:
+                decision = decisions[robot.row]
+                extra = {**decision.extra_model_outputs, WEIGHTS_SEQ_NO: step.weights_seq_no}
+                robot.held = Decision(decision.action, decision.action_for_env, extra)
+                robot.prepared = None
+        return self.chunks.to_chunk(np.stack([_held(robot).action_for_env for robot in robots]))
+
+    def feedback(self, event: FedBack, policy: PolicyPass, explore: bool) -> list[tuple[int, SingleAgentEpisode]]:
+        """Add each row's RL step; the episodes it ended, with their envs."""
+        stepped = []
+        for row, env in enumerate(event.envs):
+            robot = self._robots[env]
+            # the connection checked that an env in a feedback holds an action
+            assert robot.held is not None and robot.episode is not None
+            episode_info = event.episodes[row]
+            robot.episode.add_env_step(
+                observation=event.observations[row],
+                action=robot.held.action,
+                reward=float(event.rewards[row]),
+                infos={"episode": episode_info} if episode_info is not None else {},
+                terminated=bool(event.terminated[row]),
+                truncated=bool(event.truncated[row]),
+                extra_model_outputs=robot.held.extra_model_outputs,
+            )
+            robot.held = None
+            stepped.append(robot)
+        # the terminal observations too: a connector that rewrites observations must see every one
+        self._prepare(stepped, policy, explore)
+        ended = []
+        for env, robot in zip(event.envs, stepped):
+            assert robot.episode is not None
+            if robot.episode.is_done:
+                ended.append((env, robot.episode))
+                robot.episode = robot.prepared = None
+        return ended
+
+    def cut(self, lookback: int) -> list[SingleAgentEpisode]:
+        """The running episodes' chunks since the last cut (those with steps); collection goes on in successors."""
+        chunks = []
+        for robot in self._robots.values():
+            if robot.episode is not None and len(robot.episode) > 0:
+                chunks.append(robot.episode)
+                robot.episode = robot.episode.cut(len_lookback_buffer=lookback)
+        return chunks
+
+    def episode_ids(self) -> list[str]:
+        """The ids of the episodes running on this connection."""
+        return [robot.episode.id_ for robot in self._robots.values() if robot.episode is not None]
+
+    def close(self) -> list[SingleAgentEpisode]:
+        """The connection is gone: the running episodes' chunks with steps, which will never continue."""
+        chunks = [r.episode for r in self._robots.values() if r.episode is not None and len(r.episode) > 0]
+        self._robots.clear()
+        return chunks
+
+    @staticmethod
+    def _prepare(robots: list[_Robot], policy: PolicyPass, explore: bool) -> None:
+        episodes = [robot.episode for robot in robots]
+        assert all(episode is not None for episode in episodes)
+        prepared = policy.prepare(episodes, explore)  # type: ignore[arg-type]
+        for row, robot in enumerate(robots):
+            robot.prepared, robot.row = prepared, row
+
+
+def _held(robot: _Robot) -> Decision:
+    assert robot.held is not None
+    return robot.held

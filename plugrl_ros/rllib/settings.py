@@ -1,0 +1,99 @@
+"""The PlugRL EnvRunner's settings: where it listens and how it paces the robots, from ``env_config``.
+
+RLlib hands every EnvRunner the ``AlgorithmConfig``; its ``env_config`` is
+where an env's own settings live, so the runner's are under
+``env_config["plugrl"]`` (:meth:`RunnerSettings.env_config` writes them). They
+are checked when the runner starts, naming the key, the value and what is
+allowed, together with the RLlib settings they depend on
+(:func:`check_against`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ENV_CONFIG_KEY = "plugrl"
+PROTOCOL_FEEDBACK_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """How one PlugRL EnvRunner serves its bridges."""
+
+    # The address to listen on: 127.0.0.1 serves this machine only; 0.0.0.0 (or one interface's
+    # address) lets robots on other machines connect.
+    host: str = "127.0.0.1"
+    # Runner i (RLlib's worker_index: 0 is the local runner, which serves only when
+    # num_env_runners is 0; remote runners are 1..N) listens on port + i. 0 picks a free port.
+    port: int = 8000
+    horizon: int = 1  # H, steps per action chunk; the action space is the whole chunk
+    # The longest one sample() call waits for robots before it returns what it has (maybe
+    # nothing): RLlib drops a remote runner's sample that takes longer than sample_timeout_s.
+    sample_wait_s: float = 10.0
+    # False (on-policy): infers are answered only inside sample(), so the robots idle during
+    # the learner's update and every step of a batch comes from the weights it is trained on.
+    # True: robots are answered through updates too, with whatever weights the runner holds.
+    serve_during_updates: bool = False
+    # Close a connection whose feedback is this late after an action, as a PlugRL server does.
+    feedback_timeout_s: float = PROTOCOL_FEEDBACK_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.host, str) and bool(self.host), "host", self.host, "an address to listen on")
+        _check(_is_int(self.port) and 0 <= self.port <= 65535, "port", self.port, "a port in 0..65535")
+        _check(_is_int(self.horizon) and self.horizon >= 1, "horizon", self.horizon, "an integer of at least 1")
+        _check(_is_number(self.sample_wait_s) and self.sample_wait_s > 0, "sample_wait_s", self.sample_wait_s, "> 0")
+        _check(isinstance(self.serve_during_updates, bool), "serve_during_updates", self.serve_during_updates, "a bool")
+        _check(
+            _is_number(self.feedback_timeout_s) and self.feedback_timeout_s > 0,
+            "feedback_timeout_s",
+            self.feedback_timeout_s,
+            "> 0 seconds",
+        )
+
+    def env_config(self, **more: Any) -> dict[str, Any]:
+        """An ``env_config`` carrying these settings (plus ``more`` keys of your own)."""
+        return {**more, ENV_CONFIG_KEY: dataclasses.asdict(self)}
+
+    @classmethod
+    def from_env_config(cls, env_config: Mapping[str, Any] | None) -> RunnerSettings:
+        """The settings under ``env_config["plugrl"]`` (the defaults if absent); ValueError naming a bad key."""
+        given = (env_config or {}).get(ENV_CONFIG_KEY, {})
+        if not isinstance(given, Mapping):
+            raise ValueError(f'env_config["{ENV_CONFIG_KEY}"]: got {given!r}; expected a map of runner settings')
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise ValueError(
+                f'env_config["{ENV_CONFIG_KEY}"]["{unknown[0]}"]: unknown setting; known: {", ".join(sorted(known))}'
+            )
+        return cls(**dict(given))
+
+    def port_of(self, worker_index: int) -> int:
+        """The port runner ``worker_index`` listens on (0 stays 0: a free port)."""
+        return 0 if self.port == 0 else self.port + worker_index
+
+
+def check_against(settings: RunnerSettings, sample_timeout_s: float | None) -> None:
+    """The runner's wait must end before RLlib gives up on the sample (ValueError naming both keys)."""
+    if sample_timeout_s is not None and settings.sample_wait_s >= sample_timeout_s:
+        raise ValueError(
+            f'env_config["{ENV_CONFIG_KEY}"]["sample_wait_s"] ({settings.sample_wait_s:g} s) must be below '
+            f"env_runners(sample_timeout_s=...) ({sample_timeout_s:g} s): RLlib drops a remote sample that "
+            "takes longer, and the robots' steps in it with it"
+        )
+
+
+def _check(ok: bool, name: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ValueError(f'env_config["{ENV_CONFIG_KEY}"]["{name}"]: got {value!r}; expected {allowed}')
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -1,0 +1,167 @@
+"""RLlib trains the demo reachers through ROS and the real bridge: learning, several runners and bridges, a restart.
+
+Real processes throughout: the demo robot node, bridges configured by the
+shipped config/demo.yaml, and PlugRL EnvRunners in this process (the demo's
+PPO), as Ray actors (two runners, three bridges), or as a process of their
+own that is killed and started again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray.rllib")
+
+from harness import ROOT, process, python_module, stop, wait_until
+
+pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow]
+
+DEMO = ROOT / "config" / "demo.yaml"
+HERE = Path(__file__).resolve().parent
+
+
+def robot(envs: int) -> list[str]:
+    return python_module("plugrl_ros.demo.robot_node", "--envs", str(envs), "--image-size", "16")
+
+
+def bridge(name: str, port: int, envs: list[str]) -> list[str]:
+    """A bridge with the demo's config, named ``name``, driving ``envs`` for the runner on ``port``."""
+    return python_module(
+        "plugrl_ros.node.bridge_main",
+        *("--ros-args", "-r", f"__node:={name}", "--params-file", str(DEMO)),
+        *("-p", f"trainer.uri:=ws://127.0.0.1:{port}", "-p", f"envs:={envs!r}"),
+        *("-p", "trainer.reconnect_max_s:=0.5", "-p", "status.log_period_s:=0.0"),
+    )
+
+
+def free_ports(count: int) -> int:
+    """A base port whose next ``count - 1`` ports are free too (runner i listens on base + i)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + count > 65535:
+            continue
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise AssertionError("no block of free ports")
+
+
+def test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge(tmp_path: Path):
+    """The README's command: PPO's mean return over the last tenth of the episodes beats the first tenth's."""
+    output = tmp_path / "demo"
+    command = [sys.executable, "-m", "plugrl_ros.demo.runner", "--trainer", "rllib", "--duration", "150"]
+    command += ["--deploy-duration", "0", "--no-record", "--output", str(output)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        out, _ = proc.communicate(timeout=420)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, out
+    summary = json.loads((output / "summary.json").read_text())
+    print(json.dumps(summary, indent=1))
+    assert summary["ok"] and summary["bridge_exit_code"] == 0
+    # a zero policy scores about -12.5; the first tenth is PPO's initial, noisy policy
+    assert summary["env_steps"] > 10_000, summary
+    assert summary["last_mean_return"] > summary["first_mean_return"] + 1.0, summary
+    assert "plugrl-demo summary" in out and (output / "returns.png").exists()
+    log = (output / "logs" / "trainer.log").read_text()
+    assert "iteration 1:" in log and "robots idle" in log
+
+
+def test_two_runners_on_ray_serve_three_bridges_and_end_their_run_with_stop():
+    import ray
+
+    from plugrl_ros.rllib.demo import demo_config
+
+    base = free_ports(3)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        config = demo_config(DEMO, port=base).env_runners(num_env_runners=2)
+        config = config.training(train_batch_size_per_learner=400, minibatch_size=100, num_epochs=2)
+        algo = config.build_algo()
+        placement = sorted(
+            algo.env_runner_group.foreach_env_runner(lambda r: (r.worker_index, r.port), local_env_runner=False)
+        )
+        assert placement == [(1, base + 1), (2, base + 2)]  # runner i on port + i
+        with (
+            process(robot(4)),
+            process(bridge("bridge_a", base + 1, ["reacher0"])) as a,
+            process(bridge("bridge_b", base + 1, ["reacher1"])) as b,
+            process(bridge("bridge_c", base + 2, ["reacher2", "reacher3"])) as c,
+        ):
+            try:
+                results = [algo.train() for _ in range(2)]
+                served = sorted(
+                    algo.env_runner_group.foreach_env_runner(
+                        lambda r: (r.port, r.figures.bridges), local_env_runner=False
+                    )
+                )
+                algo.stop()  # every runner ends its run: the bridges exit 0
+                codes = [child.wait(60) for child in (a, b, c)]
+            finally:
+                for child in (a, b, c):
+                    print(child.output()[-3000:])
+    finally:
+        ray.shutdown()
+    assert served == [(base + 1, 2), (base + 2, 1)]
+    assert codes == [0, 0, 0]
+    runners = results[-1]["env_runners"]
+    assert runners["num_env_steps_sampled"] >= 400
+    assert runners["plugrl"]["robots_connected"] == 4 and runners["plugrl"]["bridges_connected"] == 3
+
+
+def read_until(proc: subprocess.Popen, predicate) -> None:
+    """Read the process's output until a line satisfies ``predicate`` (AssertionError if it ends first)."""
+    assert proc.stdout is not None
+    seen = []
+    while True:
+        line = proc.stdout.readline()
+        assert line, "the process ended:\n" + "".join(seen[-20:])
+        seen.append(line)
+        if predicate(line):
+            return
+
+
+def test_a_bridge_reconnects_to_its_runner_after_the_runner_is_killed_and_started_again():
+    port = free_ports(1)
+    serve = [sys.executable, str(HERE / "rllib_serve.py"), str(port)]
+
+    def sampled(child) -> bool:
+        lines = [json.loads(line) for line in child.output().splitlines() if line.startswith("{")]
+        return any(line["steps"] > 0 for line in lines)
+
+    with process(robot(1)):
+        first = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            read_until(first, lambda line: line.startswith("listening on"))
+            with process(bridge("bridge_r", port, ["reacher0"])) as bridged:
+                # the first runner samples steps from the robot ...
+                read_until(first, lambda line: line.startswith("{") and json.loads(line)["steps"] > 0)
+                first.kill()  # ... and crashes, as a runner whose actor dies
+                first.wait(10)
+                with process(serve) as second:
+                    wait_until(lambda: sampled(second), 90, "the restarted runner sampling the same robot")
+                assert bridged.proc.poll() is None, bridged.output()
+        finally:
+            if first.poll() is None:
+                first.kill()
+            first.wait(10)

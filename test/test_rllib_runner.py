@@ -1,0 +1,321 @@
+"""PlugRLEnvRunner over real websockets: infers answered by RLlib's pipelines, feedback made into RLlib episodes.
+
+A scripted client plays a bridge message by message; ``sample()`` runs on a
+thread as Ray runs it on the actor's. No ROS here: the bridge and the demo
+robots drive the runner in test_rllib_bridge.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray.rllib")
+
+from rllib_client import ACTION_HIGH, ACTION_LOW, WAIT_S, connected, make_runner, run, sampling
+
+from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
+from plugrl_ros.protocol.messages import episode_info
+
+pytestmark = [pytest.mark.rllib, pytest.mark.websockets]
+
+from ray.rllib.core.columns import Columns  # noqa: E402
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO  # noqa: E402
+from ray.rllib.utils.spaces.space_utils import unsquash_action  # noqa: E402
+
+
+@pytest.fixture
+def runner():
+    made = []
+
+    def make(**kwargs):
+        made.append(make_runner(**kwargs))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.stop()
+
+
+def test_the_metadata_announces_the_chunk_and_offers_reuse(runner):
+    r = runner(horizon=3)
+
+    async def scenario() -> dict:
+        client = await connected(r.port)
+        await client.ws.close()
+        return client.metadata
+
+    metadata = run(scenario)
+    assert metadata["action_horizon"] == 3 and metadata["action_dim"] == 2
+    assert metadata["features"] == ["reuse-feedback-obs"] and metadata["protocol_version"] == 1
+    assert "PPO" in metadata["algorithm"]
+
+
+def test_feedback_becomes_episodes_with_the_sampled_actions_their_logp_and_the_terminal_observation(runner):
+    r = runner(horizon=2)
+    space = r.action_space
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=3)
+        first = await client.infer([0, 1], [[0.0, 0.1, 0.2], [1.0, 1.1, 1.2]])
+        ended = episode_info([False, True], [0.0, 2.0], [0, 2], [False, True])
+        await client.feedback([0, 1], [[0.5, 0.5, 0.5], [9.0, 9.0, 9.0]], [1.0, 2.0], [False, True], info=ended)
+        second = await client.infer([0], [], reuse=[True])  # env 0 continues from its feedback's observation
+        await client.feedback([0], [[0.7, 0.7, 0.7]], [3.0])
+        episodes = await sample
+        await client.ws.close()
+        return first, second, episodes
+
+    first, second, episodes = run(scenario)
+    assert first.shape == (2, 2, 2) and first.dtype.str == "<f4"  # [H, n, action_dim], time-major
+    assert len(episodes) == 2
+    done = next(e for e in episodes if e.is_done)
+    running = next(e for e in episodes if not e.is_done)
+    # the ended episode: reset observation, one RL step to the terminal observation, the bridge's count
+    assert done.is_terminated and len(done) == 1 and done.get_return() == 2.0
+    assert done.get_observations(0).tolist() == pytest.approx([1.0, 1.1, 1.2])
+    assert done.get_observations(-1).tolist() == [9.0, 9.0, 9.0]
+    assert done.get_infos(-1) == {"episode": {"r": 2.0, "l": 2, "s": True}}
+    # the running one: two RL steps (chunks), each reward the chunk's sum as fed back
+    assert len(running) == 2 and running.get_rewards().tolist() == [1.0, 3.0]
+    assert np.allclose(running.get_observations(), [[0, 0.1, 0.2], [0.5] * 3, [0.7] * 3])
+    # what the robots got: the stored (sampled) action, unsquashed into the action space by RLlib's connector
+    for episode, chunk, row in ((done, first, 1), (running, first, 0)):
+        action = episode.get_actions(0)
+        assert action.shape == (4,)  # the whole chunk, flattened
+        expected = unsquash_action(action, space).reshape(2, 2)
+        assert np.allclose(chunk[:, row, :], expected, atol=1e-6)
+        assert ACTION_LOW <= chunk.min() and chunk.max() <= ACTION_HIGH
+    assert np.allclose(second[:, 0, :], unsquash_action(running.get_actions(1), space).reshape(2, 2), atol=1e-6)
+    # each step keeps the logp of its action and the distribution inputs it was drawn from
+    outputs = running.get_extra_model_outputs(Columns.ACTION_LOGP)
+    inputs = running.get_extra_model_outputs(Columns.ACTION_DIST_INPUTS)
+    assert len(outputs) == 2 and inputs.shape == (2, 8)  # a diagonal Gaussian: mean and log std per value
+    dist = r.module.get_exploration_action_dist_cls().from_logits(_tensor(inputs))
+    assert np.allclose(dist.logp(_tensor(running.get_actions())).numpy(), outputs, atol=1e-4)
+    assert running.get_extra_model_outputs(WEIGHTS_SEQ_NO).tolist() == [0, 0]
+
+
+def _tensor(array):
+    import torch
+
+    return torch.as_tensor(np.asarray(array, dtype=np.float32))
+
+
+def test_a_running_episode_is_cut_at_the_end_of_a_sample_and_continues_with_lookback(runner):
+    r = runner()
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=2)
+        await client.infer([0], [[1.0, 1.0, 1.0]])
+        await client.feedback([0], [[2.0, 2.0, 2.0]], [1.0])
+        await client.infer([0], [[2.0, 2.0, 2.0]])  # no reuse: the bridge sends the feedback's row again
+        await client.feedback([0], [[3.0, 3.0, 3.0]], [1.0])
+        first = await sample
+        await client.send_infer([0], [[3.0, 3.0, 3.0]])
+        sample = await sampling(r, num_timesteps=1)
+        await client.action([0])
+        await client.feedback([0], [[4.0, 4.0, 4.0]], [5.0], truncated=[True])
+        second = await sample
+        await client.ws.close()
+        return first, second
+
+    first, second = run(scenario)
+    assert len(first) == 1 and len(second) == 1
+    before, after = first[0], second[0]
+    assert before.id_ == after.id_ and not before.is_done and after.is_truncated
+    assert len(before) == 2 and len(after) == 1 and after.t_started == 2
+    assert after.get_observations().tolist() == [[3.0] * 3, [4.0] * 3]
+    # episode_lookback_horizon (1): the step before the cut is still visible to connectors
+    assert after.get_observations(-1, neg_index_as_lookback=True).tolist() == [2.0] * 3
+    assert after.get_rewards(-1, neg_index_as_lookback=True) == 1.0
+
+
+def test_sample_returns_within_its_wait_when_no_robot_is_connected(runner):
+    r = runner(sample_wait_s=0.5)
+    started = time.monotonic()
+    assert r.sample(num_timesteps=100) == []
+    assert time.monotonic() - started < 5.0  # the wait is 0.5 s; the bound is a hang guard
+    metrics = r.get_metrics()
+    assert float(metrics["num_env_steps_sampled"]) == 0
+    assert float(metrics["plugrl"]["robots_connected"]) == 0
+
+
+def test_on_policy_a_robot_waits_for_its_action_until_the_next_sample(runner):
+    r = runner(sample_wait_s=2.0)
+
+    async def scenario() -> tuple[bool, float]:
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=1)
+        await client.infer([0], [[0.0, 0.0, 0.0]])
+        await client.feedback([0], [[1.0, 1.0, 1.0]], [0.0])
+        await sample  # the learner would update now
+        await client.send_infer([0], [[1.0, 1.0, 1.0]])
+        try:
+            await asyncio.wait_for(client.ws.recv(), 1.0)
+            answered_while_learning = True
+        except asyncio.TimeoutError:
+            answered_while_learning = False
+        sample = await sampling(r, num_timesteps=1)
+        action = await client.action([0])  # the next sample answers it
+        await client.feedback([0], [[2.0, 2.0, 2.0]], [0.0])
+        await sample
+        await client.ws.close()
+        return answered_while_learning, float(np.abs(action).sum())
+
+    answered_while_learning, _ = run(scenario)
+    assert not answered_while_learning
+    share = float(r.get_metrics()["plugrl"]["robot_idle_share"])
+    assert 0.0 < share <= 1.0
+
+
+def test_serving_during_updates_answers_without_a_sample_and_counts_the_steps_for_the_next(runner):
+    r = runner(serve_during_updates=True, sample_wait_s=2.0)
+
+    async def scenario() -> list:
+        client = await connected(r.port)
+        for k in range(3):
+            await client.infer([0], [[float(k)] * 3])
+            await client.feedback([0], [[k + 1.0] * 3], [1.0])
+        episodes = await asyncio.get_running_loop().run_in_executor(None, lambda: r.sample(num_timesteps=3))
+        await client.ws.close()
+        return episodes
+
+    episodes = run(scenario)
+    assert sum(len(e) for e in episodes) == 3
+
+
+def test_a_frame_unlike_the_spaces_closes_that_connection_for_a_resync_and_the_others_go_on(runner):
+    r = runner()
+
+    async def scenario():
+        good, bad = await connected(r.port), await connected(r.port)
+        sample = await sampling(r, num_timesteps=2)
+        await bad.send_infer([0], [[1.0, 2.0, 3.0, 4.0, 5.0]])  # five values where the space declares three
+        bad_close = await bad.closed()
+        await good.infer([0], [[0.0] * 3])
+        await good.feedback([0], [[1.0] * 3], [1.0])
+        await good.infer([0], [[1.0] * 3])
+        await good.feedback([0], [[2.0] * 3], [1.0])
+        episodes = await sample
+        await good.ws.close()
+        return bad_close, episodes
+
+    bad_close, episodes = run(scenario)
+    assert bad_close == (1001, RESYNC_REASON)
+    assert [len(e) for e in episodes] == [2]
+
+
+def test_a_closed_connection_keeps_its_fed_back_steps_as_a_chunk_that_never_continues(runner):
+    r = runner(sample_wait_s=2.0)
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=10)
+        await client.infer([0, 1], [[0.0] * 3, [1.0] * 3])
+        await client.feedback([0, 1], [[0.5] * 3, [1.5] * 3], [1.0, 1.0])
+        await client.infer([0], [], reuse=[True])  # env 0's action is in flight when the bridge goes
+        await client.ws.close()
+        return await sample
+
+    episodes = run(scenario)
+    assert sorted(len(e) for e in episodes) == [1, 1]
+    assert not any(e.is_done for e in episodes)
+    # and the runner forgot that connection: a new one starts fresh episodes with env 0 again
+    assert float(r.get_metrics()["plugrl"]["bridges_connected"]) == 0
+
+
+def test_newer_weights_are_taken_older_ones_ignored_and_each_step_records_its_weights_number(runner):
+    source, r = runner(), runner()
+    weights = source.get_state()
+    weights["weights_seq_no"] = 3
+    r.set_state(weights)
+    assert r.get_state()["weights_seq_no"] == 3
+    old = dict(runner().get_state(), weights_seq_no=2)  # other initial weights, an older number
+    r.set_state(old)
+    mine = r.get_state()["rl_module"]
+    for key, value in weights["rl_module"].items():
+        assert np.array_equal(np.asarray(mine[key]), np.asarray(value)), key
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=1)
+        await client.infer([0], [[0.0] * 3])
+        await client.feedback([0], [[1.0] * 3], [1.0])
+        episodes = await sample
+        await client.ws.close()
+        return episodes
+
+    (episode,) = run(scenario)
+    # as RLlib's own runner: the number follows the last state given, the weights only newer ones
+    assert episode.get_extra_model_outputs(WEIGHTS_SEQ_NO).tolist() == [r.get_state()["weights_seq_no"]]
+
+
+def test_metrics_count_episodes_steps_and_the_link(runner):
+    r = runner()
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=4)
+        for step in range(4):
+            ended = step % 2 == 1
+            await client.infer([0], [[float(step)] * 3])
+            info = episode_info([ended], [2.0], [2], [ended and step == 3]) if ended else None
+            await client.feedback([0], [[step + 0.5] * 3], [1.0], terminated=[ended], info=info)
+        await sample
+        metrics = r.get_metrics()
+        await client.ws.close()
+        return metrics
+
+    metrics = run(scenario)
+    value = lambda key, group=metrics: float(group[key])  # noqa: E731 (a runner's metrics are Stats to merge)
+    assert value("num_env_steps_sampled") == 4 and value("num_episodes") == 2
+    assert value("episode_return_mean") == pytest.approx(2.0) and value("episode_len_mean") == pytest.approx(2.0)
+    link = metrics["plugrl"]
+    assert value("robots_connected", link) == 1 and value("bridges_connected", link) == 1
+    assert value("episode_success_mean", link) == pytest.approx(0.5) and value("episode_control_steps_mean", link) == 2
+    assert value("infer_round_trip_ms", link) > 0 and value("inference_ms_per_row", link) > 0
+    assert [e.ret for e in r.episode_log] == [2.0, 2.0]
+
+
+def test_stop_ends_the_run_for_every_bridge_with_plugrl_server_stop(runner):
+    r = runner()
+
+    async def scenario():
+        clients = [await connected(r.port) for _ in range(2)]
+        await asyncio.get_running_loop().run_in_executor(None, r.stop)
+        return [await c.closed() for c in clients]
+
+    assert run(scenario) == [(1001, STOP_REASON)] * 2
+    with pytest.raises(RuntimeError, match="stopped"):
+        r.sample(num_timesteps=1)
+
+
+def test_the_feedback_bound_closes_a_silent_connection(runner):
+    r = runner(feedback_timeout_s=0.5)
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=1)
+        await client.infer([0], [[0.0] * 3])
+        closed = await client.closed(WAIT_S)  # no feedback: the runner gives up after 0.5 s
+        await sample
+        return closed
+
+    assert run(scenario) == (1001, "Feedback timeout")
+
+
+def test_a_port_already_taken_is_an_error_naming_the_runner_and_the_setting(runner):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=rf'runner 0 cannot listen on 127\.0\.0\.1:{port}.*\["port"\] \+ i'):
+            runner(port=port)
