@@ -474,12 +474,20 @@ def plot(results: dict[str, Any], path: Path) -> bool:
             ax.fill_between(marks, mean - std, mean + std, alpha=0.12, color=line.get_color())
             for curve in curves:
                 ax.plot(marks, curve, style, linewidth=0.6, alpha=0.5, color=line.get_color())
+        highest = max(max(max(curve) for curve in learning["returns"][name]) for name in PATHS)
+        ax.set_ylim(0.0, 1.1 * highest)  # the band of mean ± std may pass the highest return a seed reached
         ax.set_xlabel("env steps")
         ax.set_ylabel("episode return (episodes ending in the last tenth)")
         trainer = TRAINER_TITLES.get(learning["trainer"], learning["trainer"])
         ax.set_title(f"{learning['env']}, {trainer}, same seeds on both paths")
+        differences = learning["first_difference"]
+        same = sum(first is None for first, _ in differences)
+        ax.text(
+            0.98, 0.03, f"the very same episodes on both paths: {same} of {len(differences)} seeds",
+            transform=ax.transAxes, ha="right", va="bottom", fontsize=9,
+        )  # fmt: skip
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper left", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
