@@ -278,22 +278,30 @@ def learning_run(trainer_name: str, path: str, seed: int, steps: int, tmp: Path)
     trainer = TRAINERS[trainer_name](learning_task(LEARNING_ENV, seed, tmp))
     thread = TrainerThread(trainer, name=f"bench-gym-{trainer_name}")
     port = thread.start(300)  # RLlib's algorithm is built first: Ray, torch, the module
+
+    def steps_seen() -> int:
+        if not thread.alive:  # the trainer's run is over before the benchmark ended it: say why
+            thread.result(0)
+            raise RuntimeError(f"the {trainer_name} trainer's run ended by itself")
+        return sum(length for _, _, length in trainer.episodes())
+
     with common.children() as started:
         for command in client_commands(path, LEARNING_ENV, f"ws://127.0.0.1:{port}", 1, seed, tmp):
             started.append(common.Child(command))
-        common.wait_for(lambda: bool(trainer.episodes()), 120, f"the {path} client's first episode")
+        common.wait_for(lambda: steps_seen() > 0, 120, f"the {path} client's first episode")
         meters = [common.ProcessMeter(child.pid) for child in started]
         for meter in meters:
             meter.start()
-        first = sum(length for _, _, length in trainer.episodes())
+        first = steps_seen()
         began = time.monotonic()
-        common.wait_for(lambda: sum(e[2] for e in trainer.episodes()) >= steps, 7200, f"{steps} env steps")
+        common.wait_for(lambda: steps_seen() >= steps, 7200, f"{steps} env steps")
         ended = time.monotonic()
-        last = sum(length for _, _, length in trainer.episodes())
+        last = steps_seen()
         cpu = sum(meter.stop()["cpu_percent"] for meter in meters) / 100 * (ended - began)
         for child in started:
             if not child.alive():
                 raise RuntimeError(f"a {path} process exited:\n{child.output()[-3000:]}")
+        steps_seen()
         thread.end()  # the trainer ends the run (plugrl-server-stop) while the clients are still connected
         thread.result(120)
     episodes = trainer.episodes()
