@@ -160,7 +160,9 @@ def test_a_bridge_reconnects_to_its_runner_after_the_runner_is_killed_and_starte
                 first.wait(10)
                 with process(serve) as second:
                     wait_until(lambda: sampled(second), 90, "the restarted runner sampling the same robot")
-                assert bridged.proc.poll() is None, bridged.output()
+                    assert bridged.proc.poll() is None, bridged.output()  # the crash did not end the bridge
+                # stopping the second runner ends the run: the bridge exits as a run's end says
+                assert bridged.proc.wait(60) == 0, bridged.output()
         finally:
             if first.poll() is None:
                 first.kill()
