@@ -136,6 +136,47 @@ def test_a_running_episode_is_cut_at_the_end_of_a_sample_and_continues_with_look
     assert after.get_rewards(-1, neg_index_as_lookback=True) == 1.0
 
 
+def test_a_fresh_observation_after_a_feedback_is_acted_on_and_the_old_chunk_ends_unterminated(runner):
+    """A bridge paused with a feedback held sends it not ended, and on resume an infer with the robot's new
+    observation: the action must come from that row, and no transition from the old one may be stored."""
+    r = runner()
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=2)
+        await client.infer([0], [[0.0] * 3])
+        await client.feedback([0], [[1.0] * 3], [1.0])
+        await client.infer([0], [[5.0] * 3])  # the robot moved on while the bridge was paused
+        ended = episode_info([True], [3.0], [9], [True])
+        await client.feedback([0], [[6.0] * 3], [2.0], terminated=[True], info=ended)
+        episodes = await sample
+        metrics = r.get_metrics()
+        await client.ws.close()
+        return episodes, metrics
+
+    episodes, metrics = run(scenario)
+    before = next(e for e in episodes if not e.is_done)
+    after = next(e for e in episodes if e.is_done)
+    assert len(episodes) == 2 and before.id_ != after.id_
+    # the old chunk: the step that happened, from 0 to 1, left for RLlib to bootstrap
+    assert not before.is_terminated and not before.is_truncated
+    assert before.get_observations().tolist() == [[0.0] * 3, [1.0] * 3] and before.get_rewards().tolist() == [1.0]
+    # the new episode starts at the fresh row, and its action was computed from it
+    assert after.get_observations().tolist() == [[5.0] * 3, [6.0] * 3]
+    assert np.allclose(after.get_extra_model_outputs(Columns.ACTION_DIST_INPUTS, 0), _dist_inputs(r, [5.0] * 3))
+    # the robot's episode is one episode in the metrics, as the bridge counts it
+    assert float(metrics["num_episodes"]) == 1
+    assert float(metrics["episode_len_mean"]) == 2 and float(metrics["episode_return_mean"]) == pytest.approx(3.0)
+
+
+def _dist_inputs(r, observation: list[float]) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        out = r.module.forward_inference({Columns.OBS: _tensor([observation])})
+    return out[Columns.ACTION_DIST_INPUTS].numpy()[0]
+
+
 def test_sample_returns_within_its_wait_when_no_robot_is_connected(runner):
     r = runner(sample_wait_s=0.5)
     started = time.monotonic()

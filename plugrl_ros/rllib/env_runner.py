@@ -354,9 +354,18 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         t = (self.num_env_steps_sampled_lifetime // runners + self._steps) * runners
         step = Step(self._explore, t, self._random_actions, self._weights_seq_no)
         started = time.perf_counter()
-        chunk = self._links[event.link].infer(event, self._policy, step)
+        chunk, restarts = self._links[event.link].infer(event, self._policy, step)
         self.figures.inference(len(event.envs), time.perf_counter() - started)
         event.answer.deliver(chunk)
+        for restart in restarts:
+            # the robot's episode goes on in a new RLlib episode: its steps so far count with the new one
+            previous = restart.previous
+            counted = self._ongoing_episodes_for_metrics.pop(previous.id_, [])
+            if len(previous) > 0:
+                self._abandoned.append(previous)
+                counted.append(previous)
+            if counted:
+                self._ongoing_episodes_for_metrics[restart.successor_id] = counted
 
     def _collect(self, cut: bool) -> list[SingleAgentEpisode]:
         ended, self._ended = self._ended, []
