@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("ray.rllib")
 
-from rllib_client import ACTION_HIGH, ACTION_LOW, WAIT_S, connected, make_runner, run, sampling
+from rllib_client import ACTION_HIGH, ACTION_LOW, POISON, WAIT_S, connected, make_runner, run, sampling
 
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.messages import episode_info
@@ -250,6 +250,39 @@ def test_a_frame_unlike_the_spaces_closes_that_connection_for_a_resync_and_the_o
     bad_close, episodes = run(scenario)
     assert bad_close == (1001, RESYNC_REASON)
     assert [len(e) for e in episodes] == [2]
+
+
+@pytest.mark.parametrize("serve_during_updates", [False, True])
+def test_a_failure_on_one_bridges_message_closes_only_that_connection_and_the_runner_serves_on(
+    runner, caplog, serve_during_updates
+):
+    r = runner(poison=True, serve_during_updates=serve_during_updates, sample_wait_s=10.0)
+
+    async def scenario():
+        good, bad = await connected(r.port), await connected(r.port)
+        sample = await sampling(r, num_timesteps=2)
+        await bad.infer([0], [[0.0] * 3])
+        await bad.feedback([0], [[POISON] * 3], [1.0])  # the user's connector raises on this observation
+        bad_close = await bad.closed()
+        for k in range(2):
+            await good.infer([0], [[float(k)] * 3])
+            await good.feedback([0], [[k + 1.0] * 3], [1.0])
+        episodes = await sample
+        r.assert_healthy()
+        # and the next call answers as usual
+        sample = await sampling(r, num_timesteps=1)
+        await good.infer([0], [], reuse=[True])
+        await good.feedback([0], [[3.0] * 3], [1.0])
+        more = await sample
+        await good.ws.close()
+        return bad_close, episodes, more
+
+    bad_close, episodes, more = run(scenario)
+    assert bad_close == (1001, RESYNC_REASON)
+    # only the good bridge's steps: the failed connection's half-handled episode never reaches the learner
+    assert [e.get_observations(0).tolist() for e in episodes] == [[0.0] * 3] and len(episodes[0]) == 2
+    assert sum(len(e) for e in more) == 1
+    assert any("bridge 1's FedBack failed" in record.getMessage() for record in caplog.records)
 
 
 def test_a_closed_connection_keeps_its_fed_back_steps_as_a_chunk_that_never_continues(runner):

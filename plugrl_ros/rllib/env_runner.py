@@ -132,6 +132,7 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         self._progress = threading.Condition(self._lock)
         self._links: dict[int, RobotEpisodes] = {}
         self._deferred: list[Inferred] = []  # infers read while not answering (on-policy timing)
+        self._failed: set[int] = set()  # connections closed after a failure, until their Closed event
         self._answering = False
         self._explore = bool(self.config.explore)
         self._random_actions = False
@@ -199,6 +200,9 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         if self.serving:
             assert self._server is not None and self._server.listening, (
                 f"runner {self.worker_index} is not listening for bridges"
+            )
+            assert self._serving_thread is None or self._serving_thread.is_alive() or self._stopped.is_set(), (
+                f"runner {self.worker_index}'s serving thread (serve_during_updates) has ended"
             )
 
     def make_module(self) -> None:
@@ -284,25 +288,28 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
             self._explore, self._random_actions = explore, random_actions
             self._answering = True
             self.figures.resume()
-            deferred, self._deferred = self._deferred, []
-            for event in deferred:
-                self._answer(event)
-            while True:
-                if enough():
-                    # on-policy: no new action now; the ones in flight come back before the update
-                    self._answering = False
-                    if not any(robots.holding for robots in self._links.values()):
+            try:
+                deferred, self._deferred = self._deferred, []
+                for event in deferred:
+                    self._handle_safely(event)
+                while True:
+                    if enough():
+                        # on-policy: no new action now; the ones in flight come back before the update
+                        self._answering = False
+                        if not any(robots.holding for robots in self._links.values()):
+                            break
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or self._stopped.is_set():
                         break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stopped.is_set():
-                    break
-                try:
-                    event = self._events.get(timeout=remaining)
-                except queue.Empty:
-                    break
-                self._handle(event)
-            self._answering = False
-            self.figures.pause()
+                    try:
+                        event = self._events.get(timeout=remaining)
+                    except queue.Empty:
+                        break
+                    self._handle_safely(event)
+            finally:
+                # whatever happened, the robots are not answered until the next call
+                self._answering = False
+                self.figures.pause()
             return self._collect(cut=num_timesteps is not None)
 
     def _serve_always(self) -> None:
@@ -313,10 +320,40 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
             except queue.Empty:
                 continue
             with self._progress:
-                self._handle(event)
+                self._handle_safely(event)
                 self._progress.notify_all()
 
     # -- events -----------------------------------------------------------------------------
+
+    def _handle_safely(self, event: Event) -> None:
+        """Handle one event; if that fails, only its connection goes (closed for a resync), never the runner."""
+        if event.link in self._failed:  # what the connection sent before its close came through
+            if isinstance(event, Closed):
+                self._failed.discard(event.link)
+            return
+        try:
+            self._handle(event)
+        except Exception:  # a connector, the RLModule or this code failed on what one bridge sent
+            log.exception(
+                "runner %d: handling bridge %d's %s failed; closing that connection for a resync "
+                "(its unfinished episodes are dropped)",
+                self.worker_index,
+                event.link,
+                type(event).__name__,
+            )
+            self._drop_link(event.link)
+            if not isinstance(event, Closed):
+                self._failed.add(event.link)
+                assert self._server is not None
+                self._server.close_link(event.link)
+
+    def _drop_link(self, link: int) -> None:
+        """Forget a connection whose state may be half-updated: none of its episodes reach the learner."""
+        robots = self._links.pop(link, None)
+        if robots is not None:
+            for episode_id in robots.episode_ids():
+                self._ongoing_episodes_for_metrics.pop(episode_id, None)
+        self._deferred = [e for e in self._deferred if e.link != link]
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, Connected):

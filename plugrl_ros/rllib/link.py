@@ -72,7 +72,7 @@ class BridgeServer:
         self.feedback_timeout_s = feedback_timeout_s
         self._requested_port = port
         self._links = itertools.count()
-        self._connections: set[ServerConnection] = set()
+        self._connections: dict[int, ServerConnection] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Server | None = None
         self._stopping: asyncio.Event | None = None
@@ -93,6 +93,17 @@ class BridgeServer:
     @property
     def listening(self) -> bool:
         return self._thread.is_alive() and self._port.done() and self._port.exception() is None
+
+    def close_link(self, link: int) -> None:
+        """Close connection ``link`` for a resync (from any thread; nothing happens if it is gone)."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._resync(link)))
+        except RuntimeError:
+            if not loop.is_closed():  # the only RuntimeError expected here: the server has stopped
+                raise
 
     def stop(self, timeout: float = 10.0) -> None:
         """End the run: every bridge is closed with ``plugrl-server-stop``, then the server and its thread stop."""
@@ -117,7 +128,7 @@ class BridgeServer:
         self._server = await serve_trainer(self._handle, self.host, self._requested_port, _CLOSE_TIMEOUT_S)
         self._port.set_result(next(iter(self._server.sockets)).getsockname()[1])
         await self._stopping.wait()
-        await asyncio.gather(*(ws.close(1001, STOP_REASON) for ws in list(self._connections)))
+        await asyncio.gather(*(ws.close(1001, STOP_REASON) for ws in list(self._connections.values())))
         self._server.close()
         await self._server.wait_closed()
 
@@ -127,7 +138,7 @@ class BridgeServer:
             await ws.close(1001, STOP_REASON)
             return
         link = next(self._links)
-        self._connections.add(ws)
+        self._connections[link] = ws
         self.figures.opened(link)
         self.events.put(Connected(link, str(ws.remote_address)))
         log.info("bridge %d connected from %s", link, ws.remote_address)
@@ -138,9 +149,14 @@ class BridgeServer:
         except ConnectionClosed as exc:
             log.info("bridge %d left: %s", link, exc)
         finally:
-            self._connections.discard(ws)
+            self._connections.pop(link, None)
             self.figures.closed(link)
             self.events.put(Closed(link))
+
+    async def _resync(self, link: int) -> None:
+        ws = self._connections.get(link)
+        if ws is not None:
+            await ws.close(1001, RESYNC_REASON)
 
     async def _serve(self, ws: ServerConnection, link: int, connection: TrainerConnection) -> None:
         while True:
