@@ -27,8 +27,14 @@ class Answer:
         self.future: asyncio.Future[np.ndarray] = loop.create_future()
 
     def deliver(self, chunk: np.ndarray) -> None:
-        """Hand over the chunk ``[H, n, da]`` (thread-safe; nothing happens if the connection is gone)."""
-        self._loop.call_soon_threadsafe(self._set, chunk)
+        """Hand over the chunk ``[H, n, da]`` (thread-safe; nothing happens if the connection or the server is gone)."""
+        try:
+            self._loop.call_soon_threadsafe(self._set, chunk)
+        except RuntimeError:
+            # the only RuntimeError call_soon_threadsafe raises: the server stopped (its loop is closed),
+            # and with it the connection the chunk was for
+            if not self._loop.is_closed():
+                raise
 
     def _set(self, chunk: np.ndarray) -> None:
         if not self.future.done():
