@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+
+from plugrl_ros.protocol.server_messages import EpisodeCount
 
 Observation = dict[str, dict[str, np.ndarray]]  # one row: {"states": {...}, "images": {...}}
 
@@ -70,7 +71,7 @@ class FedBack:
     rewards: np.ndarray  # float64 [m]
     terminated: np.ndarray  # bool [m]
     truncated: np.ndarray  # bool [m]
-    episodes: list[dict[str, Any] | None]  # info["episode"] of each row that ended one, as the bridge counted it
+    episodes: list[EpisodeCount | None]  # info["episode"] of each row that ended one, as the bridge counted it
 
 
 @dataclass(frozen=True)

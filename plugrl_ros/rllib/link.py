@@ -38,7 +38,7 @@ from websockets.exceptions import ConnectionClosed
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.codec import packb
 from plugrl_ros.protocol.errors import ProtocolError
-from plugrl_ros.protocol.server_messages import Feedback, Infer
+from plugrl_ros.protocol.server_messages import Feedback, Infer, episode_counts
 from plugrl_ros.protocol.trainer_connection import ServerPhase, TrainerConnection
 from plugrl_ros.rllib.events import Answer, Closed, Connected, Event, FedBack, Inferred
 from plugrl_ros.rllib.link_figures import LinkFigures
@@ -206,7 +206,7 @@ class BridgeServer:
             message.rewards,
             message.terminated,
             message.truncated,
-            episode_entries(message.info, message.terminated | message.truncated),
+            episode_counts(message.info, message.terminated | message.truncated),
         )
 
 
@@ -221,30 +221,3 @@ async def _answer_or_close(ws: ServerConnection, answer: Answer) -> np.ndarray |
         return answer.future.result()
     answer.future.cancel()
     return None
-
-
-def episode_entries(info: Any, ended: np.ndarray) -> list[dict[str, Any] | None]:
-    """Per row, ``info["episode"]`` (r, l, s) where the row ended its episode and the mask holds; else None.
-
-    The bridge counts return, length (in control steps) and success itself;
-    PlugRL servers read them only on ended rows, and so does this one.
-    """
-    m = len(ended)
-    episode = info.get("episode") if isinstance(info, dict) else None
-    if episode is None:
-        return [None] * m
-    if not isinstance(episode, dict):
-        raise ProtocolError("info.episode", "must be a map of r, l, s and mask arrays")
-    try:
-        mask = np.asarray(episode["mask"], dtype=bool).reshape(m)
-        returns = np.asarray(episode["r"], dtype=np.float64).reshape(m)
-        lengths = np.asarray(episode.get("l", np.zeros(m)), dtype=np.int64).reshape(m)
-        success = np.asarray(episode.get("s", np.zeros(m)), dtype=bool).reshape(m)
-    except (KeyError, ValueError, TypeError):
-        raise ProtocolError("info.episode", f"must hold r and mask arrays (and l, s) of length {m}") from None
-    return [
-        {"r": float(returns[row]), "l": int(lengths[row]), "s": bool(success[row])}
-        if ended[row] and mask[row]
-        else None
-        for row in range(m)
-    ]

@@ -128,7 +128,9 @@ class RobotEpisodes:
             robot = self._robots[env]
             # the connection checked that an env in a feedback holds an action
             assert robot.held is not None and robot.episode is not None
-            episode_info = event.episodes[row]
+            count = event.episodes[row]
+            # kept as RLlib keeps an env's info: plain values under the protocol's own keys
+            episode_info = None if count is None else {"r": count.ret, "l": count.length, "s": count.success}
             robot.episode.add_env_step(
                 observation=event.observations[row],
                 action=robot.held.action,
