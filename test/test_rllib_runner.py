@@ -231,6 +231,34 @@ def test_serving_during_updates_answers_without_a_sample_and_counts_the_steps_fo
     assert sum(len(e) for e in episodes) == 3
 
 
+@pytest.mark.parametrize("asked", ["explore=False", "random_actions=True"])
+def test_serving_during_updates_answers_as_the_waiting_sample_call_asks(runner, asked):
+    r = runner(serve_during_updates=True, sample_wait_s=5.0)
+    kwargs = {"explore": False} if asked == "explore=False" else {"random_actions": True}
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=1, **kwargs)
+        deadline = time.monotonic() + WAIT_S
+        while r._explore and r._random_actions is False and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # until the call has taken its settings (its wait has begun)
+        await client.infer([0], [[0.5] * 3])
+        await client.feedback([0], [[1.0] * 3], [1.0])
+        (episode,) = await sample
+        await client.ws.close()
+        return episode
+
+    episode = run(scenario)
+    if asked == "explore=False":
+        # no sampling: the action is the distribution's mean (the first half of a Gaussian's inputs)
+        means = _dist_inputs(r, [0.5] * 3)[:2]
+        assert np.allclose(episode.get_actions(0), means, atol=1e-5)
+    else:
+        # drawn from the action space, not by the RLModule: no distribution inputs recorded with it
+        assert Columns.ACTION_DIST_INPUTS not in episode.extra_model_outputs
+    assert r._explore is True and r._random_actions is False  # between calls: the config's
+
+
 def test_a_frame_unlike_the_spaces_closes_that_connection_for_a_resync_and_the_others_go_on(runner):
     r = runner()
 

@@ -282,8 +282,13 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
 
         if self._serving_thread is not None:
             with self._progress:
-                self._progress.wait_for(enough, timeout=max(0.0, deadline - time.monotonic()))
-                return self._collect(cut=num_timesteps is not None)
+                # this call's settings hold for the answers given while it waits; between calls, the config's
+                self._explore, self._random_actions = explore, random_actions
+                try:
+                    self._progress.wait_for(enough, timeout=max(0.0, deadline - time.monotonic()))
+                    return self._collect(cut=num_timesteps is not None)
+                finally:
+                    self._explore, self._random_actions = bool(self.config.explore), False
         with self._lock:
             self._explore, self._random_actions = explore, random_actions
             self._answering = True
