@@ -15,10 +15,11 @@ import pytest
 
 pytest.importorskip("ray.rllib")
 
-from rllib_client import ACTION_HIGH, ACTION_LOW, POISON, WAIT_S, connected, make_runner, run, sampling
+from rllib_client import ACTION_HIGH, ACTION_LOW, POISON, WAIT_S, connected, make_runner, ppo_config, run, sampling
 
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.messages import episode_info
+from plugrl_ros.rllib import PlugRLEnvRunner
 
 pytestmark = [pytest.mark.rllib, pytest.mark.websockets]
 
@@ -421,3 +422,41 @@ def test_a_port_already_taken_is_an_error_naming_the_runner_and_the_setting(runn
         port = taken.getsockname()[1]
         with pytest.raises(OSError, match=rf'runner 0 cannot listen on 127\.0\.0\.1:{port}.*\["port"\] \+ i'):
             runner(port=port)
+
+
+def test_an_evaluation_runner_without_an_evaluation_port_is_refused_naming_the_settings():
+    # what RLlib gives its evaluation runners once evaluation_interval is set: worker indices like the
+    # training runners', and the same env_config (the local one listened on port + 0, as training's does)
+    config = ppo_config().evaluation(evaluation_interval=1).get_evaluation_config_object()
+    with pytest.raises(
+        ValueError, match=r'evaluation runner 0: env_config\["plugrl"\]\["evaluation_port"\].*evaluation_interval'
+    ):
+        PlugRLEnvRunner(config=config)
+
+
+def test_evaluation_runners_listen_on_their_own_ports(runner):
+    import socket
+
+    training = runner()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = ppo_config(evaluation_port=port).evaluation(evaluation_interval=1).get_evaluation_config_object()
+        with pytest.raises(
+            OSError, match=rf'evaluation runner 0 cannot listen on 127\.0\.0\.1:{port}.*\["evaluation_port"\] \+ i'
+        ):
+            PlugRLEnvRunner(config=config)
+    config = ppo_config(evaluation_port=0).evaluation(evaluation_interval=1).get_evaluation_config_object()
+    evaluating = PlugRLEnvRunner(config=config)
+    try:
+        assert evaluating.evaluation and evaluating.port not in (None, training.port)
+
+        async def scenario() -> dict:
+            client = await connected(evaluating.port)
+            await client.ws.close()
+            return client.metadata
+
+        assert run(scenario)["action_dim"] == 2
+    finally:
+        evaluating.stop()

@@ -147,14 +147,18 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         # The local runner of an algorithm with remote ones samples nothing: it listens only when it is
         # the sampler, as RLlib's own runner builds its env only then.
         self.serving = self.worker_index > 0 or self.config.num_env_runners == 0
+        # RLlib's evaluation runners get the config with in_evaluation set (and num_env_runners the
+        # evaluation's): they listen on ports of their own
+        self.evaluation = bool(self.config.in_evaluation)
         self._server: BridgeServer | None = None
         self._serving_thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self.port: int | None = None
         if self.serving:
+            requested_port = self.settings.port_of(self.worker_index, self.evaluation)
             self._server = BridgeServer(
                 self.settings.host,
-                self.settings.port_of(self.worker_index),
+                requested_port,
                 self._reader,
                 self.metadata(),
                 self._events,
@@ -164,18 +168,23 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
             try:
                 self.port = self._server.start()
             except OSError as exc:
+                setting = "evaluation_port" if self.evaluation else "port"
                 raise OSError(
-                    f"PlugRL runner {self.worker_index} cannot listen on {self.settings.host}:"
-                    f"{self.settings.port_of(self.worker_index)} ({exc.strerror or exc}): runner i listens on "
-                    'env_config["plugrl"]["port"] + i; choose a port range nothing else holds'
+                    f"PlugRL {self._name} cannot listen on {self.settings.host}:{requested_port} "
+                    f"({exc.strerror or exc}): {self._name.split()[0]} i listens on "
+                    f'env_config["plugrl"]["{setting}"] + i; choose a port range nothing else holds'
                 ) from exc
-            log.info("PlugRL runner %d listens for bridges on %s:%d", self.worker_index, self.settings.host, self.port)
+            log.info("PlugRL %s listens for bridges on %s:%d", self._name, self.settings.host, self.port)
             if self.settings.serve_during_updates:
                 self._answering = True
                 self._serving_thread = threading.Thread(
                     target=self._serve_always, name="plugrl-rllib-serve", daemon=True
                 )
                 self._serving_thread.start()
+
+    @property
+    def _name(self) -> str:
+        return f"{'evaluation runner' if self.evaluation else 'runner'} {self.worker_index}"
 
     # -- what the bridges are told ---------------------------------------------------
 
