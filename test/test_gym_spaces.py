@@ -57,6 +57,12 @@ def test_a_box_action_takes_its_width_casts_to_the_space_dtype_and_refuses_wrong
     assert layout.clip(np.array([-7.0, 1e300])).tolist() == [-1.0, 1e300]
 
 
+def test_an_integer_box_action_is_rounded_and_held_inside_the_space_before_the_cast():
+    layout = action_layout(spaces.Box(-2, 3, (3,), np.int8))
+    action = layout.to_env(np.array([7.4, -300.0, 1.6]))
+    assert action.dtype == np.int8 and action.tolist() == [3, -2, 2]  # not 7, -44 (wrapped), 2
+
+
 def test_a_discrete_action_is_one_value_rounded_to_the_nearest_allowed_integer():
     layout = action_layout(spaces.Discrete(3, start=-1))
     assert (layout.width, layout.low, layout.high) == (1, (-1.0,), (1.0,))
