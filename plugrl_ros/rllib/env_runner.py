@@ -166,7 +166,7 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 self.settings.feedback_timeout_s,
             )
             try:
-                self.port = self._server.start()
+                self.port = self._server.listen()
             except OSError as exc:
                 setting = "evaluation_port" if self.evaluation else "port"
                 raise OSError(
@@ -437,6 +437,10 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         steps = sum(len(episode) for episode in samples)
         if steps:
             self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=steps)
+        # RLlib's own runner's metric names and windows, so results read the same whatever the runner. A
+        # private method of another class with this runner as self: it uses only self.metrics and
+        # self.config, which every EnvRunner has (checked against Ray 2.60, pinned in requirements/rllib.txt;
+        # the runner tests read these metrics, so a Ray upgrade that changes them fails there).
         SingleAgentEnvRunner._increase_sampled_metrics(self, steps, len(ended))  # type: ignore[arg-type]
         return samples
 
@@ -451,6 +455,7 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                     length += len(chunk)
                     ret += chunk.get_return()
                     seconds += chunk.get_duration_s()
+                # RLlib's own episode metrics (names, windows), as _collect's sampled counts (see the note there)
                 SingleAgentEnvRunner._log_episode_metrics(self, length, ret, seconds)  # type: ignore[arg-type]
                 self._log_robot_episode(episode)
             self._done_episodes_for_metrics.clear()

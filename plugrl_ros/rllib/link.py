@@ -22,11 +22,9 @@ are sent, so a busy learner never closes a healthy link.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
 import logging
 import queue
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -43,7 +41,7 @@ from plugrl_ros.protocol.trainer_connection import ServerPhase, TrainerConnectio
 from plugrl_ros.rllib.events import Answer, Closed, Connected, Event, FedBack, Inferred
 from plugrl_ros.rllib.link_figures import LinkFigures
 from plugrl_ros.rllib.observations import ObservationReader
-from plugrl_ros.tools.serving import serve_trainer
+from plugrl_ros.tools.serving import TrainerThread, serve_trainer
 
 log = logging.getLogger("plugrl_ros.rllib.link")
 
@@ -76,23 +74,22 @@ class BridgeServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Server | None = None
         self._stopping: asyncio.Event | None = None
-        self._port: concurrent.futures.Future[int] = concurrent.futures.Future()
-        self._thread = threading.Thread(target=self._run, name="plugrl-rllib-link", daemon=True)
+        # the package's trainer thread runs this server as it runs the demo and test trainers
+        self._thread: TrainerThread[None] = TrainerThread(self, name="plugrl-rllib-link")
 
     # -- from the runner's thread --------------------------------------------------
 
-    def start(self, timeout: float = 10.0) -> int:
-        """Listen; the port (OSError if the address cannot be bound)."""
-        self._thread.start()
-        return self._port.result(timeout)
+    def listen(self, timeout: float = 10.0) -> int:
+        """Listen on its own thread; the port (OSError if the address cannot be bound)."""
+        return self._thread.start(timeout)
 
     @property
     def port(self) -> int:
-        return self._port.result(0)
+        return self._thread.port
 
     @property
     def listening(self) -> bool:
-        return self._thread.is_alive() and self._port.done() and self._port.exception() is None
+        return self._thread.alive and self._thread.error is None
 
     def close_link(self, link: int) -> None:
         """Close connection ``link`` for a resync (from any thread; nothing happens if it is gone)."""
@@ -107,30 +104,30 @@ class BridgeServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         """End the run: every bridge is closed with ``plugrl-server-stop``, then the server and its thread stop."""
-        if self._loop is not None and self._stopping is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stopping.set)
-        self._thread.join(timeout)
+        self._thread.end()
+        if not self._thread.join(timeout):
+            log.warning("the bridge server did not stop within %g s", timeout)
+        elif self._thread.error is not None:
+            log.error("the bridge server had failed: %s", self._thread.error)
 
-    # -- the event loop's thread ---------------------------------------------------
+    # -- the Trainer that TrainerThread runs, on its event loop ----------------------
 
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # hand a failure to start to the thread that waits for the port
-            if not self._port.done():
-                self._port.set_exception(exc)
-            else:
-                log.exception("the bridge server failed")
-
-    async def _main(self) -> None:
+    async def start(self) -> int:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         self._server = await serve_trainer(self._handle, self.host, self._requested_port, _CLOSE_TIMEOUT_S)
-        self._port.set_result(next(iter(self._server.sockets)).getsockname()[1])
+        return next(iter(self._server.sockets)).getsockname()[1]
+
+    async def finished(self) -> None:
+        assert self._stopping is not None and self._server is not None
         await self._stopping.wait()
         await asyncio.gather(*(ws.close(1001, STOP_REASON) for ws in list(self._connections.values())))
         self._server.close()
         await self._server.wait_closed()
+
+    def end(self) -> None:
+        assert self._stopping is not None
+        self._stopping.set()
 
     async def _handle(self, ws: ServerConnection) -> None:
         assert self._stopping is not None
