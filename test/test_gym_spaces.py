@@ -144,8 +144,16 @@ class _DictEnv(gymnasium.Env):
         return {"pos": self.pos.copy(), "mode": int(action) + 1}, 1.0, False, False, {}
 
 
-def test_a_dict_env_gets_one_state_per_key_in_its_config_and_its_rows():
+@pytest.fixture
+def dict_env():
+    """_DictEnv in Gymnasium's registry for one test, and gone again after it (the registry is global)."""
     gymnasium.register(id="PlugrlDictProbe-v0", entry_point=_DictEnv, max_episode_steps=7)
+    yield "PlugrlDictProbe-v0"
+    del gymnasium.registry["PlugrlDictProbe-v0"]
+
+
+@pytest.mark.usefixtures("dict_env")
+def test_a_dict_env_gets_one_state_per_key_in_its_config_and_its_rows():
     states = bridge_params("PlugrlDictProbe-v0", 1)["observations"]["states"]
     assert {name: s["topic"] for name, s in states.items()} == {"mode": "observation/mode", "pos": "observation/pos"}
     assert bridge_params("PlugrlDictProbe-v0", 1)["episode"]["max_steps"] == 7

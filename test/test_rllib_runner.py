@@ -188,6 +188,60 @@ def test_sample_returns_within_its_wait_when_no_robot_is_connected(runner):
     assert float(metrics["plugrl"]["robots_connected"]) == 0
 
 
+def test_a_sample_whose_wait_ends_with_an_action_in_flight_returns_and_the_next_one_takes_its_feedback(runner):
+    r = runner(sample_wait_s=1.0)
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=5)
+        await client.infer([0], [[0.0] * 3])
+        await client.feedback([0], [[1.0] * 3], [1.0])
+        await client.infer([0], [], reuse=[True])  # answered; its feedback comes after the wait is over
+        first = await sample
+        sample = await sampling(r, num_timesteps=1)
+        await client.feedback([0], [[2.0] * 3], [2.0])
+        second = await sample
+        await client.ws.close()
+        return first, second
+
+    first, second = run(scenario)
+    # the wait ended with one step fed back and the robot still acting: that step is returned, cut
+    assert [len(e) for e in first] == [1] and not first[0].is_done
+    # the late feedback is the next call's step, in the same episode
+    assert [len(e) for e in second] == [1] and second[0].id_ == first[0].id_
+    assert second[0].get_rewards().tolist() == [2.0]
+
+
+def test_an_infer_held_back_while_draining_whose_bridge_leaves_is_forgotten(runner, caplog):
+    """With on-policy timing, an infer that arrives after a sample has its steps waits for the next call;
+    if its bridge leaves meanwhile, the next call must not try to answer it."""
+    r = runner(sample_wait_s=10.0)
+
+    async def scenario():
+        a, b = await connected(r.port), await connected(r.port)
+        sample = await sampling(r, num_timesteps=1)
+        await b.infer([0], [[5.0] * 3])  # b holds an action: the call drains until b's feedback
+        await a.infer([0], [[0.0] * 3])
+        await a.feedback([0], [[1.0] * 3], [1.0])  # the call has its step
+        await a.send_infer([0], [], reuse=[True])  # held back for the next call
+        await a.ws.close()
+        deadline = time.monotonic() + WAIT_S
+        while r.figures.bridges != 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # a's close is queued (before anything b sends from now on)
+        await b.feedback([0], [[6.0] * 3], [1.0])
+        first = await sample
+        sample = await sampling(r, num_timesteps=1)
+        await b.infer([0], [], reuse=[True])
+        await b.feedback([0], [[7.0] * 3], [1.0])
+        second = await sample
+        await b.ws.close()
+        return first, second
+
+    first, second = run(scenario)
+    assert sorted(len(e) for e in first) == [1, 1] and [len(e) for e in second] == [1]
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
+
+
 def test_on_policy_a_robot_waits_for_its_action_until_the_next_sample(runner):
     r = runner(sample_wait_s=2.0)
 
@@ -329,8 +383,21 @@ def test_a_closed_connection_keeps_its_fed_back_steps_as_a_chunk_that_never_cont
     episodes = run(scenario)
     assert sorted(len(e) for e in episodes) == [1, 1]
     assert not any(e.is_done for e in episodes)
-    # and the runner forgot that connection: a new one starts fresh episodes with env 0 again
     assert float(r.get_metrics()["plugrl"]["bridges_connected"]) == 0
+
+    # and the runner forgot that connection: a new one starts a fresh episode with env 0 again
+    async def again():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=1)
+        await client.infer([0], [[7.0] * 3])  # a reused row would be refused: nothing carries over
+        await client.feedback([0], [[8.0] * 3], [1.0])
+        fresh = await sample
+        await client.ws.close()
+        return fresh
+
+    (fresh,) = run(again)
+    assert fresh.id_ not in {e.id_ for e in episodes} and fresh.t_started == 0
+    assert fresh.get_observations().tolist() == [[7.0] * 3, [8.0] * 3]
 
 
 def test_newer_weights_are_taken_older_ones_ignored_and_each_step_records_its_weights_number(runner):
