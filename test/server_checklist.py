@@ -11,6 +11,7 @@ tests and gives them a ``port`` fixture: the server it holds to the checklist.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 
 import numpy as np
@@ -129,7 +130,13 @@ def test_reuse_is_honoured_after_a_non_terminal_feedback_only(port):
 
 @pytest.mark.parametrize(
     "error",
-    ["an infer without env_indices", "two infers in a row", "an info that cannot be split", "a text frame"],
+    [
+        "an infer without env_indices",
+        "two infers in a row",
+        "an info that cannot be split",
+        "an episode length that is not a number",
+        "a text frame",
+    ],
 )
 def test_a_protocol_error_closes_that_connection_for_a_resync_and_the_server_goes_on(port, error):
     async def scenario(c: Client) -> object:
@@ -140,6 +147,12 @@ def test_a_protocol_error_closes_that_connection_for_a_resync_and_the_server_goe
         else:
             await c.infer([0, 1])
             if error == "two infers in a row":
+                await c.send_infer([0, 1])
+            elif error == "an episode length that is not a number":
+                # a msgpack list: numpy raises OverflowError converting its infinity to a length
+                lengths = [math.inf, 3]
+                episode = {"r": np.ones(2, "<f4"), "l": lengths, "s": np.zeros(2, bool), "mask": np.ones(2, bool)}
+                await c.feedback([0, 1], done=[True, True], info={"episode": episode})
                 await c.send_infer([0, 1])
             else:
                 await c.feedback([0, 1], info={"task": "pick"})
