@@ -21,7 +21,7 @@ from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.messages import episode_info
 from plugrl_ros.rllib import PlugRLEnvRunner
 
-pytestmark = [pytest.mark.rllib, pytest.mark.websockets]
+pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.websockets]
 
 from ray.rllib.core.columns import Columns  # noqa: E402
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO  # noqa: E402
