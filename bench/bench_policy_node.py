@@ -41,37 +41,19 @@ class Diagnostics:
     """The bridge's latest /diagnostics entries per robot, read by a node in this process."""
 
     def __init__(self) -> None:
-        import rclpy
-        from diagnostic_msgs.msg import DiagnosticArray
-        from rclpy.executors import SingleThreadedExecutor
+        from plugrl_ros.tools.bridge_watch import BridgeWatch
 
         common.use_own_domain()
-        self._context = rclpy.Context()
-        rclpy.init(context=self._context)
-        self._node = rclpy.create_node("bench_policy_diagnostics", context=self._context)
-        self._node.create_subscription(DiagnosticArray, "/diagnostics", self._on_message, 10)
-        self._executor = SingleThreadedExecutor(context=self._context)
-        self._executor.add_node(self._node)
         self._lock = threading.Lock()
         self.latest: dict[int, dict[str, str]] = {}
         self.received = 0
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
+        self._watch = BridgeWatch("bench_policy_diagnostics", self._on_statuses)
 
-    def _spin(self) -> None:
-        from rclpy.executors import ExternalShutdownException
-
-        try:
-            self._executor.spin()
-        except ExternalShutdownException:
-            pass
-
-    def _on_message(self, msg: Any) -> None:
+    def _on_statuses(self, statuses: dict[str, tuple[str, dict[str, str]]], received_at: float) -> None:
         entries = {}
-        for status in msg.status:
-            values = {kv.key: kv.value for kv in status.values}
-            if ": env " in status.name and "idle steps at boundaries" in values:  # a deploy-mode robot
-                entries[int(status.name.split(": env ", 1)[1].split()[0])] = values
+        for name, (_, values) in statuses.items():
+            if ": env " in name and "idle steps at boundaries" in values:  # a deploy-mode robot
+                entries[int(name.split(": env ", 1)[1].split()[0])] = values
         if len(entries) == ENVS:
             with self._lock:
                 self.latest = entries
@@ -88,14 +70,7 @@ class Diagnostics:
         return self.snapshot()[1]
 
     def close(self) -> None:
-        import rclpy
-
-        # the spin thread must have left rcl before its node and context go: a thread still
-        # waiting in rcl when they are destroyed ends the process (std::terminate)
-        self._executor.shutdown(timeout_sec=1.0)
-        self._thread.join(5.0)
-        self._node.destroy_node()
-        rclpy.try_shutdown(context=self._context)
+        self._watch.close()
 
 
 def params_for(params_dir: Path, **extra: Any) -> Path:

@@ -156,6 +156,14 @@ def run_one(
         recorder = Recorder(["/robot0/arm_cmd", "/reference/arm_cmd"])
         try:
             started.append(common.Child(common.python_script("timer_node.py", "--rate", f"{rate:g}")))
+            # the CPU floor: a bare rclpy node receiving the same sensors and publishing at the same rate
+            floor = common.Child(
+                common.python_script(
+                    "timer_node.py", "--rate", f"{rate:g}", "--topic", "floor/arm_cmd", "--listen", "robot0",
+                    "--camera", camera,
+                )
+            )  # fmt: skip
+            started.append(floor)
             command = common.bridge_command(tree, "--ros-args", "--params-file", str(config))
             # python -m puts the working directory first: the bridge imports plugrl_ros from ``tree``
             extra = {} if tree is None else {"env": common.ros_env(PYTHONPATH=str(tree)), "cwd": str(tree)}
@@ -164,12 +172,15 @@ def run_one(
             common.wait_for(lambda: trainer.stats()["feedbacks"] > 2, 30.0, "the bridge's first feedbacks")
             time.sleep(warmup)
             meter = common.ProcessMeter(bridge.pid)
+            floor_meter = common.ProcessMeter(floor.pid)
             before = trainer.stats()
             meter.start()
+            floor_meter.start()
             start_ns = time.time_ns()
             time.sleep(seconds)
             end_ns = time.time_ns()
             process = meter.stop()
+            floor_process = floor_meter.stop()
             load = os.getloadavg()[0]
             wire = common.difference(trainer.stats(), before)
             if not bridge.alive():
@@ -194,6 +205,7 @@ def run_one(
         "arrivals": interval_stats(arrivals, period),
         "reference": interval_stats(reference, period),
         "process": process,
+        "floor_process": floor_process,
         "wire": wire,
         "bytes_per_step": wire["bytes_in"] / steps if steps else float("nan"),
         "load": load,
@@ -218,6 +230,7 @@ def tables(results: dict[str, Any]) -> str:
         "p99 dev ms (arrival)",
         "reference: p99 / max dev ms, late",
         "bridge CPU %",
+        "floor CPU %",
         "RSS MB",
         "faults/s",
         "wire kB/step",
@@ -243,6 +256,7 @@ def tables(results: dict[str, Any]) -> str:
                 f"{a['p99_dev_ms']:.2f}",
                 f"{ref['p99_dev_ms']:.2f} / {ref['max_dev_ms']:.2f}, {int(ref['late'])}",
                 f"{p['cpu_percent']:.0f}",
+                f"{r['floor_process']['cpu_percent']:.0f}" if "floor_process" in r else "-",
                 f"{p['rss_mb']:.0f}",
                 f"{p['faults_per_s']:,.0f}",
                 f"{r['bytes_per_step'] / 1e3:,.0f}",
@@ -258,7 +272,10 @@ def tables(results: dict[str, Any]) -> str:
         "over 1.5 periods; missed = ticks that never came (rcl keeps the schedule's grid: a tick more than a "
         "period late is dropped, not shifted); drift = how far the "
         "schedule's grid moved over the window. reference = a bare rclpy timer node publishing at the same "
-        "rate, at the same time, on the same machine: the floor of timing precision under the load of the moment."
+        "rate, at the same time, on the same machine: the floor of timing precision under the load of the moment. "
+        "floor CPU % = another bare rclpy node (the bridge's executor) that receives the same cameras and joint "
+        "states serialized, with the bridge's QoS, and publishes at the same rate: the CPU any rclpy node "
+        "receiving those sensors spends."
     )
     return title + "\n\n" + common.md_table(head, body) + note + cpu_comparison(results["rows"])
 

@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.connectors.env_to_module import FlattenObservations
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from websockets.asyncio.client import ClientConnection, connect
@@ -28,9 +29,26 @@ def observation_space(dim: int = STATE_DIM) -> gym.spaces.Dict:
     return gym.spaces.Dict({"states": gym.spaces.Dict({"obs": box})})
 
 
-def ppo_config(horizon: int = 1, action_dim: int = 2, **runner: Any) -> PPOConfig:
-    """PPO for robots with one 3-value state ``obs`` and ``action_dim`` actions in [-2, 2], H steps per chunk."""
+POISON = 666.0  # an observation value that FailOnPoison's connector fails on
+
+
+class FailOnPoison(ConnectorV2):
+    """An env-to-module connector that raises on an observation holding POISON: a user's connector failing."""
+
+    def __call__(self, *, rl_module: Any, batch: Any, episodes: list, **kwargs: Any) -> Any:
+        for episode in episodes:
+            if np.any(episode.get_observations(-1)["states"]["obs"] == POISON):
+                raise RuntimeError("the connector cannot handle this observation")
+        return batch
+
+
+def ppo_config(horizon: int = 1, action_dim: int = 2, poison: bool = False, **runner: Any) -> PPOConfig:
+    """PPO for robots with one 3-value state ``obs`` and ``action_dim`` actions in [-2, 2], H steps per chunk.
+
+    ``poison``: a connector that fails on observations holding :data:`POISON` comes first.
+    """
     settings = RunnerSettings(**{"port": 0, "horizon": horizon, "sample_wait_s": 5.0, **runner})
+    first = [FailOnPoison()] if poison else []
     action_space = gym.spaces.Box(ACTION_LOW, ACTION_HIGH, (horizon * action_dim,), np.float32)
     return (
         PPOConfig()
@@ -39,15 +57,15 @@ def ppo_config(horizon: int = 1, action_dim: int = 2, **runner: Any) -> PPOConfi
             env_runner_cls=PlugRLEnvRunner,
             num_env_runners=0,
             sample_timeout_s=60.0,
-            env_to_module_connector=lambda env, spaces, device: FlattenObservations(),
+            env_to_module_connector=lambda env, spaces, device: [*first, FlattenObservations()],
         )
         .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[16]))
         .debugging(seed=0)
     )
 
 
-def make_runner(horizon: int = 1, action_dim: int = 2, **runner: Any) -> PlugRLEnvRunner:
-    return PlugRLEnvRunner(config=ppo_config(horizon, action_dim, **runner))
+def make_runner(horizon: int = 1, action_dim: int = 2, poison: bool = False, **runner: Any) -> PlugRLEnvRunner:
+    return PlugRLEnvRunner(config=ppo_config(horizon, action_dim, poison, **runner))
 
 
 def states(values: list[list[float]]) -> dict:

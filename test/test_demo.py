@@ -264,54 +264,52 @@ def test_trainer_improves_the_mean_episode_return():
 # -- the runner's pieces ------------------------------------------------------------------
 
 
-def kv(key: str, value: str) -> SimpleNamespace:
-    return SimpleNamespace(key=key, value=value)
+def without(statuses: dict, name: str) -> dict:
+    return {k: v for k, v in statuses.items() if k != name}
 
 
 def test_parse_diagnostics_reads_the_bridge_link_and_sums_the_envs():
-    statuses = [
-        SimpleNamespace(
-            name="plugrl_bridge: trainer",
-            values=[kv("connected", "True"), kv("infer round trip median ms", "3.5"), kv("reconnects", "2")],
-        ),
-        SimpleNamespace(name="plugrl_bridge: control", values=[kv("mode", "lockstep")]),
-        SimpleNamespace(name="plugrl_bridge: env 0 (reacher0)", values=[kv("steps", "100"), kv("episodes", "2")]),
-        SimpleNamespace(name="plugrl_bridge: env 1 (reacher1)", values=[kv("steps", "50"), kv("episodes", "1")]),
-    ]
+    trainer = {"connected": "True", "infer round trip median ms": "3.5", "reconnects": "2"}
+    statuses = {
+        "plugrl_bridge: trainer": ("ok", trainer),
+        "plugrl_bridge: control": ("ok", {"mode": "lockstep"}),
+        "plugrl_bridge: env 0 (reacher0)": ("running", {"steps": "100", "episodes": "2"}),
+        "plugrl_bridge: env 1 (reacher1)": ("running", {"steps": "50", "episodes": "1"}),
+    }
     status = parse_diagnostics(statuses, 1.0)
     assert status is not None
     assert (status.connected, status.infer_ms, status.reconnects) == (True, 3.5, 2)
     assert (status.steps, status.episodes) == (150, 3)
-    statuses[0].values[1] = kv("infer round trip median ms", "-")
+    trainer["infer round trip median ms"] = "-"
     assert parse_diagnostics(statuses, 1.0).infer_ms is None
-    assert parse_diagnostics(statuses[1:], 1.0) is None  # another node's diagnostics
+    assert parse_diagnostics(without(statuses, "plugrl_bridge: trainer"), 1.0) is None  # another node's
 
 
-def env_values(episodes: str, mean: str, successes: str, steps: str, idle: str, latency: str) -> list:
+def env_values(episodes: str, mean: str, successes: str, steps: str, idle: str, latency: str) -> dict:
     """A deploy-mode env entry's values, as the bridge names them."""
     names = ("episodes", "mean return", "successes", "steps", "idle steps at boundaries", "request latency median ms")
-    return [kv(k, v) for k, v in zip(names, (episodes, mean, successes, steps, idle, latency), strict=True)]
+    return dict(zip(names, (episodes, mean, successes, steps, idle, latency), strict=True))
 
 
 def test_parse_deploy_diagnostics_weights_each_robots_mean_return_by_its_episodes():
-    statuses = [
-        SimpleNamespace(name="plugrl_bridge: policy server", values=[kv("connected robots", "1/2")]),
-        SimpleNamespace(name="plugrl_bridge: control", values=[kv("mode", "timer (deploy)")]),
-        SimpleNamespace(
-            name="plugrl_bridge: env 0 (reacher0)",
-            values=env_values(episodes="3", mean="-2.000", successes="2", steps="100", idle="1", latency="4.5"),
+    statuses = {
+        "plugrl_bridge: policy server": ("ok", {"connected robots": "1/2"}),
+        "plugrl_bridge: control": ("ok", {"mode": "timer (deploy)"}),
+        "plugrl_bridge: env 0 (reacher0)": (
+            "running",
+            env_values(episodes="3", mean="-2.000", successes="2", steps="100", idle="1", latency="4.5"),
         ),
-        SimpleNamespace(
-            name="plugrl_bridge: env 1 (reacher1)",
-            values=env_values(episodes="1", mean="-6.000", successes="0", steps="40", idle="0", latency="-"),
+        "plugrl_bridge: env 1 (reacher1)": (
+            "running",
+            env_values(episodes="1", mean="-6.000", successes="0", steps="40", idle="0", latency="-"),
         ),
-    ]
+    }
     status = parse_deploy_diagnostics(statuses, 1.0)
     assert status is not None
     assert (status.connected, status.robots, status.episodes, status.successes) == (1, 2, 4, 2)
     assert status.mean_return == pytest.approx(-3.0)  # (3 * -2 + 1 * -6) / 4
     assert (status.steps, status.idle_steps, status.latency_ms) == (140, 1, 4.5)
-    assert parse_deploy_diagnostics(statuses[1:], 1.0) is None  # not a deploy-mode bridge
+    assert parse_deploy_diagnostics(without(statuses, "plugrl_bridge: policy server"), 1.0) is None  # not deploy
     assert parse_diagnostics(statuses, 1.0) is None  # nor is it a training bridge
 
 

@@ -64,6 +64,8 @@ def test_bad_actions_are_refused_naming_their_topic_and_never_step_the_env(robot
         for bad in ([0.1, 0.2], [math.nan], [math.inf], []):
             action.publish(Float64MultiArray(data=bad))
         wait_until(lambda: "gym1/action: action refused, expected 1 value(s), got 2" in child.output(), 20, "a warning")
+        # throttled per reason: the NaN right after the wrong width is reported too (the inf is the same reason)
+        wait_until(lambda: "gym1/action: action refused, it holds NaN" in child.output(), 20, "the NaN's warning")
         action.publish(Float64MultiArray(data=[0.5]))
         wait_until(lambda: len(rewards) == 1, 20, "the one good action's step")
         expected, reward, *_ = env.step(np.array([0.5], dtype=np.float32))

@@ -57,6 +57,12 @@ def test_a_box_action_takes_its_width_casts_to_the_space_dtype_and_refuses_wrong
     assert layout.clip(np.array([-7.0, 1e300])).tolist() == [-1.0, 1e300]
 
 
+def test_an_integer_box_action_is_rounded_and_held_inside_the_space_before_the_cast():
+    layout = action_layout(spaces.Box(-2, 3, (3,), np.int8))
+    action = layout.to_env(np.array([7.4, -300.0, 1.6]))
+    assert action.dtype == np.int8 and action.tolist() == [3, -2, 2]  # not 7, -44 (wrapped), 2
+
+
 def test_a_discrete_action_is_one_value_rounded_to_the_nearest_allowed_integer():
     layout = action_layout(spaces.Discrete(3, start=-1))
     assert (layout.width, layout.low, layout.high) == (1, (-1.0,), (1.0,))
@@ -138,8 +144,16 @@ class _DictEnv(gymnasium.Env):
         return {"pos": self.pos.copy(), "mode": int(action) + 1}, 1.0, False, False, {}
 
 
-def test_a_dict_env_gets_one_state_per_key_in_its_config_and_its_rows():
+@pytest.fixture
+def dict_env():
+    """_DictEnv in Gymnasium's registry for one test, and gone again after it (the registry is global)."""
     gymnasium.register(id="PlugrlDictProbe-v0", entry_point=_DictEnv, max_episode_steps=7)
+    yield "PlugrlDictProbe-v0"
+    del gymnasium.registry["PlugrlDictProbe-v0"]
+
+
+@pytest.mark.usefixtures("dict_env")
+def test_a_dict_env_gets_one_state_per_key_in_its_config_and_its_rows():
     states = bridge_params("PlugrlDictProbe-v0", 1)["observations"]["states"]
     assert {name: s["topic"] for name, s in states.items()} == {"mode": "observation/mode", "pos": "observation/pos"}
     assert bridge_params("PlugrlDictProbe-v0", 1)["episode"]["max_steps"] == 7

@@ -165,7 +165,10 @@ def test_export_refuses_an_unknown_format(recorded, tmp_path):
     assert result.returncode == 2 and "format 'parquet' is not supported; supported: npz" in result.stderr
 
 
-def test_the_tools_are_console_commands():
-    setup = (ROOT / "setup.py").read_text()
-    assert '"plugrl-record-info = plugrl_ros.record.info:main"' in setup
-    assert '"plugrl-export = plugrl_ros.record.export:main"' in setup
+def test_the_tools_are_installed_commands():
+    from plugrl_ros.executables import EXECUTABLES
+
+    assert EXECUTABLES["plugrl-record-info"] == "plugrl_ros.record.info"
+    assert EXECUTABLES["plugrl-export"] == "plugrl_ros.record.export"
+    for name in ("plugrl-record-info", "plugrl-export"):
+        assert (Path(sys.executable).parent / name).is_file(), name

@@ -13,6 +13,8 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,26 +43,33 @@ def bridge(name: str, port: int, envs: list[str]) -> list[str]:
     )
 
 
-def free_ports(count: int) -> int:
-    """A base port whose next ``count - 1`` ports are free too (runner i listens on base + i)."""
+@contextmanager
+def reserved_ports(count: int) -> Iterator[int]:
+    """A base port whose ``count`` ports (runner i listens on base + i) stay reserved while the block runs.
+
+    Each is bound with SO_REUSEADDR and held, never listened on: the kernel hands none of them to
+    anyone else (bind to port 0, a bind without SO_REUSEADDR), while the runners' servers, which set
+    SO_REUSEADDR, can listen on them (Linux allows it while the holder does not listen). No window
+    between probing a port and binding it, as closing a probe would leave.
+    """
     for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + count > 65535:
-            continue
-        sockets = []
+        held: list[socket.socket] = []
         try:
-            for port in range(base, base + count):
+            for k in range(count):
                 sock = socket.socket()
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
+                held.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(("127.0.0.1", held[0].getsockname()[1] + k if k else 0))
         except OSError:
-            continue
-        finally:
-            for sock in sockets:
+            for sock in held:
                 sock.close()
+            continue
+        try:
+            yield held[0].getsockname()[1]
+        finally:
+            for sock in held:
+                sock.close()
+        return
     raise AssertionError("no block of free ports")
 
 
@@ -88,11 +97,20 @@ def test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge(tmp_p
 
 
 def test_two_runners_on_ray_serve_three_bridges_and_end_their_run_with_stop():
+    with reserved_ports(3) as base:
+        served, codes, results = _two_runners_three_bridges(base)
+    assert served == [(base + 1, 2), (base + 2, 1)]
+    assert codes == [0, 0, 0]
+    runners = results[-1]["env_runners"]
+    assert runners["num_env_steps_sampled"] >= 400
+    assert runners["plugrl"]["robots_connected"] == 4 and runners["plugrl"]["bridges_connected"] == 3
+
+
+def _two_runners_three_bridges(base: int) -> tuple[list, list[int], list[dict]]:
     import ray
 
     from plugrl_ros.rllib.demo import demo_config
 
-    base = free_ports(3)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
         config = demo_config(DEMO, port=base).env_runners(num_env_runners=2)
@@ -122,11 +140,7 @@ def test_two_runners_on_ray_serve_three_bridges_and_end_their_run_with_stop():
                     print(child.output()[-3000:])
     finally:
         ray.shutdown()
-    assert served == [(base + 1, 2), (base + 2, 1)]
-    assert codes == [0, 0, 0]
-    runners = results[-1]["env_runners"]
-    assert runners["num_env_steps_sampled"] >= 400
-    assert runners["plugrl"]["robots_connected"] == 4 and runners["plugrl"]["bridges_connected"] == 3
+    return served, codes, results
 
 
 def read_until(proc: subprocess.Popen, predicate) -> None:
@@ -142,7 +156,12 @@ def read_until(proc: subprocess.Popen, predicate) -> None:
 
 
 def test_a_bridge_reconnects_to_its_runner_after_the_runner_is_killed_and_started_again():
-    port = free_ports(1)
+    # reserved throughout: between the kill and the restart nothing else can take the port
+    with reserved_ports(1) as port:
+        _restart(port)
+
+
+def _restart(port: int) -> None:
     serve = [sys.executable, str(HERE / "rllib_serve.py"), str(port)]
 
     def sampled(child) -> bool:
@@ -160,7 +179,9 @@ def test_a_bridge_reconnects_to_its_runner_after_the_runner_is_killed_and_starte
                 first.wait(10)
                 with process(serve) as second:
                     wait_until(lambda: sampled(second), 90, "the restarted runner sampling the same robot")
-                assert bridged.proc.poll() is None, bridged.output()
+                    assert bridged.proc.poll() is None, bridged.output()  # the crash did not end the bridge
+                # stopping the second runner ends the run: the bridge exits as a run's end says
+                assert bridged.proc.wait(60) == 0, bridged.output()
         finally:
             if first.poll() is None:
                 first.kill()

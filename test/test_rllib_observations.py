@@ -8,6 +8,7 @@ import pytest
 gym = pytest.importorskip("gymnasium")
 pytest.importorskip("ray.rllib")
 
+from plugrl_ros.protocol.codec import packb, unpackb  # noqa: E402
 from plugrl_ros.rllib.observations import ObservationReader, SpaceMismatch  # noqa: E402
 
 pytestmark = [pytest.mark.rllib]
@@ -61,9 +62,22 @@ def test_a_missing_name_is_refused_with_what_the_bridge_sends():
         ObservationReader(SPACE).rows(obs, 2, "obs")
 
 
-def test_an_empty_batch_of_reused_rows_reads_as_no_rows():
+def test_an_empty_batch_of_reused_rows_reads_as_no_rows_whatever_names_it_lists():
     obs = {"images": {"camera": np.zeros((0, 4, 4, 3), np.uint8)}, "states": {"joints": np.zeros((0, 2))}, "text": []}
     assert ObservationReader(SPACE).rows(obs, 0, "data") == []
+    # PlugRL's conformance checker names no array when every row is reused
+    assert ObservationReader(SPACE).rows({"images": {}, "states": {}, "text": []}, 0, "data") == []
+
+
+def test_rows_own_their_arrays_not_views_of_the_received_frame():
+    frame = unpackb(packb(batch(2)))  # decoded arrays are read-only views of the frame's bytes
+    assert not frame["images"]["camera"].flags.writeable
+    rows = ObservationReader(SPACE).rows(frame, 2, "data")
+    for row in rows:
+        for group, name in (("images", "camera"), ("states", "joints")):
+            array = row[group][name]
+            assert array.flags.writeable and array.flags.owndata, (group, name)
+    assert rows[1]["images"]["camera"].tolist() == frame["images"]["camera"][1].tolist()
 
 
 def test_a_space_not_shaped_like_a_plugrl_observation_is_refused():

@@ -15,12 +15,13 @@ import pytest
 
 pytest.importorskip("ray.rllib")
 
-from rllib_client import ACTION_HIGH, ACTION_LOW, WAIT_S, connected, make_runner, run, sampling
+from rllib_client import ACTION_HIGH, ACTION_LOW, POISON, WAIT_S, connected, make_runner, ppo_config, run, sampling
 
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.messages import episode_info
+from plugrl_ros.rllib import PlugRLEnvRunner
 
-pytestmark = [pytest.mark.rllib, pytest.mark.websockets]
+pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.websockets]
 
 from ray.rllib.core.columns import Columns  # noqa: E402
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO  # noqa: E402
@@ -136,6 +137,47 @@ def test_a_running_episode_is_cut_at_the_end_of_a_sample_and_continues_with_look
     assert after.get_rewards(-1, neg_index_as_lookback=True) == 1.0
 
 
+def test_a_fresh_observation_after_a_feedback_is_acted_on_and_the_old_chunk_ends_unterminated(runner):
+    """A bridge paused with a feedback held sends it not ended, and on resume an infer with the robot's new
+    observation: the action must come from that row, and no transition from the old one may be stored."""
+    r = runner()
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=2)
+        await client.infer([0], [[0.0] * 3])
+        await client.feedback([0], [[1.0] * 3], [1.0])
+        await client.infer([0], [[5.0] * 3])  # the robot moved on while the bridge was paused
+        ended = episode_info([True], [3.0], [9], [True])
+        await client.feedback([0], [[6.0] * 3], [2.0], terminated=[True], info=ended)
+        episodes = await sample
+        metrics = r.get_metrics()
+        await client.ws.close()
+        return episodes, metrics
+
+    episodes, metrics = run(scenario)
+    before = next(e for e in episodes if not e.is_done)
+    after = next(e for e in episodes if e.is_done)
+    assert len(episodes) == 2 and before.id_ != after.id_
+    # the old chunk: the step that happened, from 0 to 1, left for RLlib to bootstrap
+    assert not before.is_terminated and not before.is_truncated
+    assert before.get_observations().tolist() == [[0.0] * 3, [1.0] * 3] and before.get_rewards().tolist() == [1.0]
+    # the new episode starts at the fresh row, and its action was computed from it
+    assert after.get_observations().tolist() == [[5.0] * 3, [6.0] * 3]
+    assert np.allclose(after.get_extra_model_outputs(Columns.ACTION_DIST_INPUTS, 0), _dist_inputs(r, [5.0] * 3))
+    # the robot's episode is one episode in the metrics, as the bridge counts it
+    assert float(metrics["num_episodes"]) == 1
+    assert float(metrics["episode_len_mean"]) == 2 and float(metrics["episode_return_mean"]) == pytest.approx(3.0)
+
+
+def _dist_inputs(r, observation: list[float]) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        out = r.module.forward_inference({Columns.OBS: _tensor([observation])})
+    return out[Columns.ACTION_DIST_INPUTS].numpy()[0]
+
+
 def test_sample_returns_within_its_wait_when_no_robot_is_connected(runner):
     r = runner(sample_wait_s=0.5)
     started = time.monotonic()
@@ -144,6 +186,60 @@ def test_sample_returns_within_its_wait_when_no_robot_is_connected(runner):
     metrics = r.get_metrics()
     assert float(metrics["num_env_steps_sampled"]) == 0
     assert float(metrics["plugrl"]["robots_connected"]) == 0
+
+
+def test_a_sample_whose_wait_ends_with_an_action_in_flight_returns_and_the_next_one_takes_its_feedback(runner):
+    r = runner(sample_wait_s=1.0)
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=5)
+        await client.infer([0], [[0.0] * 3])
+        await client.feedback([0], [[1.0] * 3], [1.0])
+        await client.infer([0], [], reuse=[True])  # answered; its feedback comes after the wait is over
+        first = await sample
+        sample = await sampling(r, num_timesteps=1)
+        await client.feedback([0], [[2.0] * 3], [2.0])
+        second = await sample
+        await client.ws.close()
+        return first, second
+
+    first, second = run(scenario)
+    # the wait ended with one step fed back and the robot still acting: that step is returned, cut
+    assert [len(e) for e in first] == [1] and not first[0].is_done
+    # the late feedback is the next call's step, in the same episode
+    assert [len(e) for e in second] == [1] and second[0].id_ == first[0].id_
+    assert second[0].get_rewards().tolist() == [2.0]
+
+
+def test_an_infer_held_back_while_draining_whose_bridge_leaves_is_forgotten(runner, caplog):
+    """With on-policy timing, an infer that arrives after a sample has its steps waits for the next call;
+    if its bridge leaves meanwhile, the next call must not try to answer it."""
+    r = runner(sample_wait_s=10.0)
+
+    async def scenario():
+        a, b = await connected(r.port), await connected(r.port)
+        sample = await sampling(r, num_timesteps=1)
+        await b.infer([0], [[5.0] * 3])  # b holds an action: the call drains until b's feedback
+        await a.infer([0], [[0.0] * 3])
+        await a.feedback([0], [[1.0] * 3], [1.0])  # the call has its step
+        await a.send_infer([0], [], reuse=[True])  # held back for the next call
+        await a.ws.close()
+        deadline = time.monotonic() + WAIT_S
+        while r.figures.bridges != 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # a's close is queued (before anything b sends from now on)
+        await b.feedback([0], [[6.0] * 3], [1.0])
+        first = await sample
+        sample = await sampling(r, num_timesteps=1)
+        await b.infer([0], [], reuse=[True])
+        await b.feedback([0], [[7.0] * 3], [1.0])
+        second = await sample
+        await b.ws.close()
+        return first, second
+
+    first, second = run(scenario)
+    assert sorted(len(e) for e in first) == [1, 1] and [len(e) for e in second] == [1]
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
 
 
 def test_on_policy_a_robot_waits_for_its_action_until_the_next_sample(runner):
@@ -190,6 +286,34 @@ def test_serving_during_updates_answers_without_a_sample_and_counts_the_steps_fo
     assert sum(len(e) for e in episodes) == 3
 
 
+@pytest.mark.parametrize("asked", ["explore=False", "random_actions=True"])
+def test_serving_during_updates_answers_as_the_waiting_sample_call_asks(runner, asked):
+    r = runner(serve_during_updates=True, sample_wait_s=5.0)
+    kwargs = {"explore": False} if asked == "explore=False" else {"random_actions": True}
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=1, **kwargs)
+        deadline = time.monotonic() + WAIT_S
+        while r._explore and r._random_actions is False and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # until the call has taken its settings (its wait has begun)
+        await client.infer([0], [[0.5] * 3])
+        await client.feedback([0], [[1.0] * 3], [1.0])
+        (episode,) = await sample
+        await client.ws.close()
+        return episode
+
+    episode = run(scenario)
+    if asked == "explore=False":
+        # no sampling: the action is the distribution's mean (the first half of a Gaussian's inputs)
+        means = _dist_inputs(r, [0.5] * 3)[:2]
+        assert np.allclose(episode.get_actions(0), means, atol=1e-5)
+    else:
+        # drawn from the action space, not by the RLModule: no distribution inputs recorded with it
+        assert Columns.ACTION_DIST_INPUTS not in episode.extra_model_outputs
+    assert r._explore is True and r._random_actions is False  # between calls: the config's
+
+
 def test_a_frame_unlike_the_spaces_closes_that_connection_for_a_resync_and_the_others_go_on(runner):
     r = runner()
 
@@ -211,6 +335,39 @@ def test_a_frame_unlike_the_spaces_closes_that_connection_for_a_resync_and_the_o
     assert [len(e) for e in episodes] == [2]
 
 
+@pytest.mark.parametrize("serve_during_updates", [False, True])
+def test_a_failure_on_one_bridges_message_closes_only_that_connection_and_the_runner_serves_on(
+    runner, caplog, serve_during_updates
+):
+    r = runner(poison=True, serve_during_updates=serve_during_updates, sample_wait_s=10.0)
+
+    async def scenario():
+        good, bad = await connected(r.port), await connected(r.port)
+        sample = await sampling(r, num_timesteps=2)
+        await bad.infer([0], [[0.0] * 3])
+        await bad.feedback([0], [[POISON] * 3], [1.0])  # the user's connector raises on this observation
+        bad_close = await bad.closed()
+        for k in range(2):
+            await good.infer([0], [[float(k)] * 3])
+            await good.feedback([0], [[k + 1.0] * 3], [1.0])
+        episodes = await sample
+        r.assert_healthy()
+        # and the next call answers as usual
+        sample = await sampling(r, num_timesteps=1)
+        await good.infer([0], [], reuse=[True])
+        await good.feedback([0], [[3.0] * 3], [1.0])
+        more = await sample
+        await good.ws.close()
+        return bad_close, episodes, more
+
+    bad_close, episodes, more = run(scenario)
+    assert bad_close == (1001, RESYNC_REASON)
+    # only the good bridge's steps: the failed connection's half-handled episode never reaches the learner
+    assert [e.get_observations(0).tolist() for e in episodes] == [[0.0] * 3] and len(episodes[0]) == 2
+    assert sum(len(e) for e in more) == 1
+    assert any("bridge 1's FedBack failed" in record.getMessage() for record in caplog.records)
+
+
 def test_a_closed_connection_keeps_its_fed_back_steps_as_a_chunk_that_never_continues(runner):
     r = runner(sample_wait_s=2.0)
 
@@ -226,8 +383,21 @@ def test_a_closed_connection_keeps_its_fed_back_steps_as_a_chunk_that_never_cont
     episodes = run(scenario)
     assert sorted(len(e) for e in episodes) == [1, 1]
     assert not any(e.is_done for e in episodes)
-    # and the runner forgot that connection: a new one starts fresh episodes with env 0 again
     assert float(r.get_metrics()["plugrl"]["bridges_connected"]) == 0
+
+    # and the runner forgot that connection: a new one starts a fresh episode with env 0 again
+    async def again():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=1)
+        await client.infer([0], [[7.0] * 3])  # a reused row would be refused: nothing carries over
+        await client.feedback([0], [[8.0] * 3], [1.0])
+        fresh = await sample
+        await client.ws.close()
+        return fresh
+
+    (fresh,) = run(again)
+    assert fresh.id_ not in {e.id_ for e in episodes} and fresh.t_started == 0
+    assert fresh.get_observations().tolist() == [[7.0] * 3, [8.0] * 3]
 
 
 def test_newer_weights_are_taken_older_ones_ignored_and_each_step_records_its_weights_number(runner):
@@ -319,3 +489,41 @@ def test_a_port_already_taken_is_an_error_naming_the_runner_and_the_setting(runn
         port = taken.getsockname()[1]
         with pytest.raises(OSError, match=rf'runner 0 cannot listen on 127\.0\.0\.1:{port}.*\["port"\] \+ i'):
             runner(port=port)
+
+
+def test_an_evaluation_runner_without_an_evaluation_port_is_refused_naming_the_settings():
+    # what RLlib gives its evaluation runners once evaluation_interval is set: worker indices like the
+    # training runners', and the same env_config (the local one listened on port + 0, as training's does)
+    config = ppo_config().evaluation(evaluation_interval=1).get_evaluation_config_object()
+    with pytest.raises(
+        ValueError, match=r'evaluation runner 0: env_config\["plugrl"\]\["evaluation_port"\].*evaluation_interval'
+    ):
+        PlugRLEnvRunner(config=config)
+
+
+def test_evaluation_runners_listen_on_their_own_ports(runner):
+    import socket
+
+    training = runner()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = ppo_config(evaluation_port=port).evaluation(evaluation_interval=1).get_evaluation_config_object()
+        with pytest.raises(
+            OSError, match=rf'evaluation runner 0 cannot listen on 127\.0\.0\.1:{port}.*\["evaluation_port"\] \+ i'
+        ):
+            PlugRLEnvRunner(config=config)
+    config = ppo_config(evaluation_port=0).evaluation(evaluation_interval=1).get_evaluation_config_object()
+    evaluating = PlugRLEnvRunner(config=config)
+    try:
+        assert evaluating.evaluation and evaluating.port not in (None, training.port)
+
+        async def scenario() -> dict:
+            client = await connected(evaluating.port)
+            await client.ws.close()
+            return client.metadata
+
+        assert run(scenario)["action_dim"] == 2
+    finally:
+        evaluating.stop()

@@ -23,6 +23,10 @@ def test_settings_travel_in_env_config_and_come_back_equal():
 def test_runner_i_listens_on_port_plus_i_and_port_0_stays_a_free_port():
     assert [RunnerSettings(port=8000).port_of(i) for i in range(3)] == [8000, 8001, 8002]
     assert RunnerSettings(port=0).port_of(2) == 0
+    assert RunnerSettings(port=8000, evaluation_port=9000).port_of(2, evaluation=True) == 9002
+    assert RunnerSettings(evaluation_port=0).port_of(2, evaluation=True) == 0
+    with pytest.raises(ValueError, match="evaluation_port"):
+        RunnerSettings(port=8000).port_of(1, evaluation=True)
 
 
 @pytest.mark.parametrize(

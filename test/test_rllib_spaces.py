@@ -121,6 +121,29 @@ def test_action_bounds_are_the_sinks_limits_in_the_trainers_units(tmp_path):
     assert step.high.tolist() == [1.0, 4.0, np.inf, np.inf]
 
 
+def test_a_whole_action_actuator_is_as_wide_as_action_dim_says_and_unbounded(tmp_path):
+    """A Float64MultiArray actuator without slice takes the whole action, as wide as the trainer sends it
+    (config/probe.yaml's): the trainer gives the width; the bridge allows it one-number scale and offset only."""
+    whole = {"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "scale": 2.0, "offset": 1.0}}
+    path = params(tmp_path, {"states": {"t": {"topic": "t", "type": "std_msgs/Float64"}}}, whole)
+    spaces = robot_spaces(path, action_dim=3, horizon=2)
+    assert spaces.step_action_space.shape == (3,) and spaces.action_space.shape == (6,)
+    assert np.isinf(spaces.step_action_space.low).all() and np.isinf(spaces.step_action_space.high).all()
+    with pytest.raises(ConfigError, match=r"actions\.cmd.*whole action.*action_dim=N"):
+        robot_spaces(path)
+    probe = robot_spaces(ROOT / "config" / "probe.yaml", action_dim=4, state_dims={"a": 4})  # the probe's a is
+    assert probe.step_action_space.shape == (4,)  # the action it applied
+
+
+def test_an_action_dim_the_files_actuators_contradict_is_refused(tmp_path):
+    path = params(tmp_path, {"states": {"t": {"topic": "t", "type": "std_msgs/Float64"}}}, ARM)
+    assert robot_spaces(path, action_dim=2).step_action_space.shape == (2,)
+    with pytest.raises(ValueError, match=r"action_dim=3, but the file's actuators read 2 values"):
+        robot_spaces(path, action_dim=3)
+    with pytest.raises(ValueError, match="action_dim must be an integer of at least 1"):
+        robot_spaces(path, action_dim=0)
+
+
 def test_a_name_the_file_does_not_configure_is_refused_with_the_ones_it_does(tmp_path):
     with pytest.raises(ConfigError, match=r"observations\.states\.elbow.*it has: joints, target"):
         robot_spaces(DEMO, states=["elbow"], images=[])

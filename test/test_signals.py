@@ -169,6 +169,13 @@ def test_the_ros_probe_stops_its_bridge_and_robot_in_order_and_exits_0():
     assert not [n for n in report.notes if "should close with code 1000" in n], report.notes
 
 
+def unreachable_trainer_params(tmp_path: Path) -> Path:
+    """A bridge params file whose trainer never answers: the bridge keeps starting and retrying."""
+    actions = {"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1]}}
+    params = bridge_params("ws://127.0.0.1:9", observations=STATE, actions=actions)
+    return write_params(tmp_path / "bridge.yaml", params)
+
+
 def catches_sigterm(pid: int) -> bool:
     """Whether ``pid`` has a handler for SIGTERM: Python installs none of its own, the executables' first
     statements do (so from then on a Ctrl-C is a stop request)."""
@@ -187,14 +194,7 @@ def test_ctrl_c_from_an_installed_executables_first_statement_on_ends_it_quietly
     # The installed script as a user runs it (pip's, in the environment's bin/): a terminal's Ctrl-C the moment
     # its first statements have put the handlers in place, or a little later (site packages, heavy imports).
     # What comes before that is Python's own start-up (test_packaging holds the scripts to it).
-    params = write_params(
-        tmp_path / "bridge.yaml",
-        bridge_params(
-            "ws://127.0.0.1:9",
-            observations=STATE,
-            actions={"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1]}},
-        ),
-    )
+    params = unreachable_trainer_params(tmp_path)
     command = [str(Path(sys.executable).parent / name)]
     command += ["--ros-args", "--params-file", str(params)] if name == "bridge" else []
     command += ["--output", str(tmp_path / "demo")] if name == "plugrl-demo" else []
@@ -243,14 +243,7 @@ sys.exit(start(module))
     ],
 )
 def test_a_signal_while_an_executable_imports_ends_it_with_0_before_it_starts(tmp_path, module, trigger):
-    params = write_params(
-        tmp_path / "bridge.yaml",
-        bridge_params(
-            "ws://127.0.0.1:9",
-            observations=STATE,
-            actions={"cmd": {"topic": "cmd", "type": "std_msgs/Float64MultiArray", "slice": [0, 1]}},
-        ),
-    )
+    params = unreachable_trainer_params(tmp_path)
     script = tmp_path / "start.py"
     script.write_text(SIGNAL_ON_IMPORT)
     command = [sys.executable, str(script), trigger, module]

@@ -7,7 +7,7 @@ import pytest
 
 from plugrl_ros.protocol.codec import packb
 from plugrl_ros.protocol.messages import REUSE_FEEDBACK_OBS
-from plugrl_ros.protocol.server_messages import Feedback, Infer, Resync, Rule, info_splits
+from plugrl_ros.protocol.server_messages import EpisodeCount, Feedback, Infer, Resync, Rule, episode_counts, info_splits
 from plugrl_ros.protocol.trainer_connection import ServerPhase, TrainerConnection
 
 
@@ -352,6 +352,39 @@ def test_a_splittable_info_is_accepted():
 )
 def test_info_splits(info, m, splits):
     assert info_splits(info, m) is splits
+
+
+def test_episode_counts_are_read_on_ended_masked_rows_only():
+    episode = {
+        "r": np.asarray([1.5, 2.0, 3.0], "<f4"),
+        "l": np.asarray([4, 5, 6], "<i8"),
+        "s": np.asarray([True, False, True]),
+        "mask": np.asarray([True, True, False]),
+    }
+    ended = np.asarray([True, False, True])
+    assert episode_counts({"episode": episode}, ended) == [EpisodeCount(1.5, 4, True), None, None]
+    assert episode_counts({}, ended) == [None] * 3
+    short = {"r": np.ones(2), "mask": np.ones(2, bool)}  # no l, no s: 0 and False
+    assert episode_counts({"episode": short}, np.ones(2, bool)) == [EpisodeCount(1.0, 0, False)] * 2
+
+
+@pytest.mark.parametrize(
+    ("episode", "detail"),
+    [
+        ([1, 2], "must be a map"),
+        ({"r": np.ones(2)}, "must hold r and mask"),
+        ({"r": np.ones(3), "mask": np.ones(3, bool)}, "must hold r and mask"),
+        ({"r": ["a", "b"], "mask": np.ones(2, bool)}, "must hold r and mask"),
+        ({"r": np.ones(2), "l": [float("inf"), 3], "mask": np.ones(2, bool)}, r"l\[0\] is inf"),  # a msgpack list
+        ({"r": np.ones(2), "l": np.asarray([np.inf, 3.0]), "mask": np.ones(2, bool)}, r"l\[0\] is inf"),
+        ({"r": np.ones(2), "l": np.asarray([2.5, 3.0]), "mask": np.ones(2, bool)}, "whole number"),
+        ({"r": np.asarray([np.nan, 1.0]), "mask": np.ones(2, bool)}, r"r\[0\] is nan"),
+    ],
+)
+def test_an_unreadable_episode_count_is_a_resync_naming_what_is_wrong(episode, detail):
+    with pytest.raises(Resync, match=detail) as raised:
+        episode_counts({"episode": episode}, np.ones(2, bool))
+    assert raised.value.problem.rule is Rule.INFO
 
 
 def test_close_forgets_every_env():

@@ -38,6 +38,7 @@ from plugrl_ros.demo.results import NO_PLOT, EpisodeRecord, summarize, write_pol
 from plugrl_ros.demo.robot_node import namespace
 from plugrl_ros.demo.trainer import RECENT_EPISODES, DemoTrainer, DemoTrainerSettings, TrainerStats
 from plugrl_ros.shipped import shipped_file
+from plugrl_ros.tools.bridge_watch import BridgeWatch, Statuses
 from plugrl_ros.tools.serving import TrainerThread
 
 EXIT_OK = 0
@@ -75,15 +76,14 @@ class BridgeStatus:
     reconnects: int  # connections lost or resynced since the bridge started
 
 
-def parse_diagnostics(statuses: Sequence[Any], received_at: float) -> BridgeStatus | None:
-    """The bridge's status from a DiagnosticArray's statuses (None if the bridge is not among them)."""
+def parse_diagnostics(statuses: Statuses, received_at: float) -> BridgeStatus | None:
+    """The bridge's status from a /diagnostics message's statuses (None if the bridge is not among them)."""
     trainer = None
     steps = episodes = 0
-    for status in statuses:
-        values = {kv.key: kv.value for kv in status.values}
-        if status.name.endswith(": trainer") and "infer round trip median ms" in values:
+    for name, (_, values) in statuses.items():
+        if name.endswith(": trainer") and "infer round trip median ms" in values:
             trainer = values
-        elif ": env " in status.name and "steps" in values:
+        elif ": env " in name and "steps" in values:
             steps += _int(values.get("steps"))
             episodes += _int(values.get("episodes"))
     if trainer is None:
@@ -115,17 +115,16 @@ class DeployStatus:
         return self.return_sum / self.episodes if self.episodes else None
 
 
-def parse_deploy_diagnostics(statuses: Sequence[Any], received_at: float) -> DeployStatus | None:
-    """The deploy-mode bridge's status from a DiagnosticArray's statuses (None if it is not among them)."""
+def parse_deploy_diagnostics(statuses: Statuses, received_at: float) -> DeployStatus | None:
+    """The deploy-mode bridge's status from a /diagnostics message's statuses (None if it is not among them)."""
     link = None
     episodes = successes = steps = idle = 0
     return_sum = 0.0
     latencies = []
-    for status in statuses:
-        values = {kv.key: kv.value for kv in status.values}
-        if status.name.endswith(": policy server") and "connected robots" in values:
+    for name, (_, values) in statuses.items():
+        if name.endswith(": policy server") and "connected robots" in values:
             link = values
-        elif ": env " in status.name and "mean return" in values:
+        elif ": env " in name and "mean return" in values:
             n = _int(values.get("episodes"))
             episodes += n
             successes += _int(values.get("successes"))
@@ -168,43 +167,22 @@ def _int(text: str | None) -> int:
 
 
 class DiagnosticsWatch:
-    """A small ROS node in this process that keeps the bridge's latest /diagnostics."""
+    """Keeps the bridge's latest /diagnostics, from a small ROS node in this process."""
 
     def __init__(self) -> None:
-        import rclpy
-        from diagnostic_msgs.msg import DiagnosticArray
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.signals import SignalHandlerOptions
-
-        # Ctrl-C is this process's to handle (stop_request): the demo stops its children itself.
-        self._context = rclpy.Context()
-        rclpy.init(context=self._context, signal_handler_options=SignalHandlerOptions.NO)
-        self._node = rclpy.create_node("plugrl_demo_progress", context=self._context)
-        self._node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
-        self._executor = SingleThreadedExecutor(context=self._context)
-        self._executor.add_node(self._node)
         self._lock = threading.Lock()
         self._latest: BridgeStatus | None = None
         self._deploy: DeployStatus | None = None
         self._history: deque[BridgeStatus] = deque(maxlen=4000)
-        self._thread = threading.Thread(target=self._spin, name="plugrl-demo-diagnostics", daemon=True)
-        self._thread.start()
+        self._watch = BridgeWatch("plugrl_demo_progress", self._on_statuses)
 
-    def _spin(self) -> None:
-        from rclpy.executors import ExternalShutdownException
-
-        try:
-            self._executor.spin()
-        except ExternalShutdownException:
-            pass
-
-    def _on_diagnostics(self, msg: Any) -> None:
-        deploy = parse_deploy_diagnostics(msg.status, time.monotonic())
+    def _on_statuses(self, statuses: Statuses, received_at: float) -> None:
+        deploy = parse_deploy_diagnostics(statuses, received_at)
         if deploy is not None:
             with self._lock:
                 self._deploy = deploy
             return
-        status = parse_diagnostics(msg.status, time.monotonic())
+        status = parse_diagnostics(statuses, received_at)
         if status is not None:
             with self._lock:
                 self._latest = status
@@ -238,12 +216,7 @@ class DiagnosticsWatch:
         return (last.steps - first.steps) / (last.received_at - first.received_at)
 
     def close(self) -> None:
-        import rclpy
-
-        self._executor.shutdown(timeout_sec=1.0)
-        self._node.destroy_node()
-        rclpy.try_shutdown(context=self._context)
-        self._thread.join(2.0)
+        self._watch.close()
 
 
 # -- the run ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from plugrl_ros.demo.policy_gradient import Chunk, PolicyGradient
 from plugrl_ros.protocol.codec import packb
 from plugrl_ros.protocol.errors import ProtocolError
 from plugrl_ros.protocol.messages import REUSE_FEEDBACK_OBS
-from plugrl_ros.protocol.server_messages import Feedback, Infer
+from plugrl_ros.protocol.server_messages import Feedback, Infer, episode_counts
 from plugrl_ros.protocol.trainer_connection import ServerPhase, TrainerConnection
 
 SERVER_NAME = "plugrl-demo-trainer"
@@ -43,20 +43,6 @@ def state_rows(obs: Any, rows: int, where: str) -> np.ndarray:
     if not np.isfinite(states).all():
         raise ProtocolError(f"{where}.states", "holds NaN or infinite values")
     return states
-
-
-def _episode_info(info: Any, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(mask, returns, lengths) from ``info["episode"]``, or None when the client sent none."""
-    if not isinstance(info, dict) or not isinstance(info.get("episode"), dict):
-        return None
-    episode = info["episode"]
-    try:
-        mask = np.asarray(episode["mask"], dtype=bool).reshape(m)
-        returns = np.asarray(episode["r"], dtype=np.float64).reshape(m)
-        lengths = np.asarray(episode.get("l", np.zeros(m)), dtype=np.float64).reshape(m)
-    except (KeyError, ValueError, TypeError):
-        raise ProtocolError("info.episode", f"must hold r, l and mask arrays of length {m}") from None
-    return mask, returns, lengths
 
 
 METADATA: dict[str, Any] = {
@@ -130,7 +116,7 @@ class Session:
         assert feedback.rewards is not None and feedback.ended is not None
         m = len(feedback.env_indices)
         obs = state_rows(feedback.observation.data, m, "obs")
-        info = _episode_info(feedback.info, m)
+        counts = episode_counts(feedback.info, feedback.ended)
         ended = feedback.ended
         finished = []
         for row, env in enumerate(feedback.env_indices):
@@ -142,8 +128,9 @@ class Session:
             if not ended[row]:
                 continue
             complete = episode[0].step_id == 0
-            if info is not None and info[0][row]:
-                finished.append((env, float(info[1][row]), int(info[2][row])))
+            count = counts[row]
+            if count is not None:
+                finished.append((env, count.ret, count.length))
             elif complete:
                 finished.append((env, sum(c.reward for c in episode), 0))
             self.learner.episode_done(list(episode))

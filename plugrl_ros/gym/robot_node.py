@@ -87,7 +87,7 @@ class _Robot:
         self.action = self.idle_action
         self.action_ns = 0
         self.reported_end = False
-        self.warned_s = -math.inf  # when a refused action was last reported
+        self.warned_s: dict[str, float] = {}  # reason -> when an action refused for it was last reported
 
 
 class GymRobot(Node):
@@ -161,25 +161,27 @@ class GymRobot(Node):
             values = np.asarray(msg.data, dtype=np.float64)[msg.layout.data_offset :]
             problem = layout.problem(values)
             if problem is not None:
-                self._refuse(robot, f"{topic}: action refused, {problem} (got {values.tolist()[:8]}); no step")
+                self._refuse(robot, problem, f"{topic}: action refused, {problem} (got {values.tolist()[:8]}); no step")
                 return
             if self.mode == "timer":
                 robot.action = values
                 robot.action_ns = self.get_clock().now().nanoseconds
                 return
             if robot.copy.over:
-                self._refuse(robot, f"{topic}: action refused, the episode is over (call {robot.ns}/reset); no step")
+                over = f"the episode is over (call {robot.ns}/reset)"
+                self._refuse(robot, over, f"{topic}: action refused, {over}; no step")
                 return
             self._step(robot, values)
 
         return callback
 
-    def _refuse(self, robot: _Robot, text: str) -> None:
-        """Warn of a refused action, at most once per :data:`WARNING_PERIOD_S` per copy (rclpy's throttle is
-        per call site: one copy's warnings would hide every other's)."""
+    def _refuse(self, robot: _Robot, reason: str, text: str) -> None:
+        """Warn of a refused action, at most once per :data:`WARNING_PERIOD_S` per copy and reason (rclpy's
+        throttle is per call site: one copy's warnings would hide every other's, and a wrong width the
+        NaN that follows it)."""
         now_s = time.monotonic()
-        if now_s - robot.warned_s >= WARNING_PERIOD_S:
-            robot.warned_s = now_s
+        if now_s - robot.warned_s.get(reason, -math.inf) >= WARNING_PERIOD_S:
+            robot.warned_s[reason] = now_s
             self.get_logger().warning(text)
 
     def _step(self, robot: _Robot, values: np.ndarray) -> None:

@@ -10,7 +10,8 @@ Dicts, Tuples, text, graphs) is refused with the reason.
 Actions. A ``Box`` action is a vector of ``prod(shape)`` values; the bridge's
 ``min``/``max`` clip them to the space's bounds, and the robot casts them to
 the space's dtype (float64 → float32 rounds to the nearest float32: the
-documented conversion). A ``Discrete(n, start)`` action is one value, rounded
+documented conversion; an integer Box's values are rounded to the nearest
+integer and held inside its bounds). A ``Discrete(n, start)`` action is one value, rounded
 to the nearest integer and held inside ``[start, start + n - 1]``: the mapping
 a continuous policy needs to drive a discrete env. Any other action space is
 refused. A vector of the wrong width, or with a NaN or infinite value, is
@@ -121,7 +122,9 @@ class ActionLayout:
         assert isinstance(space, spaces.Box)
         shaped = values.reshape(space.shape)
         if space.dtype.kind in "iub":
-            shaped = np.rint(shaped)
+            # rounded and held inside the space, as a Discrete action is: a cast alone would wrap a value
+            # beyond the dtype's range (300 -> 44 in int8) or give a value outside the bounds
+            shaped = np.clip(np.rint(shaped), space.low, space.high)
         return shaped.astype(space.dtype)
 
     def clip(self, values: np.ndarray) -> np.ndarray:

@@ -344,6 +344,55 @@ def info_splits(info: Mapping, m: int) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class EpisodeCount:
+    """One ended episode as the client counted it, from ``info["episode"]``."""
+
+    ret: float  # r: the episode's return
+    length: int  # l: its length in control steps (0 when the client sent none)
+    success: bool  # s (False when the client sent none)
+
+
+def episode_counts(info: Any, ended: np.ndarray) -> list[EpisodeCount | None]:
+    """Per feedback row, the client's count of the episode it ended (r, l, s), or None.
+
+    PlugRL servers read ``info["episode"]`` only on rows that ended their
+    episode and whose ``mask`` is set; so does this. Resync (rule ``info``) if
+    it is there but unreadable: not a map, no ``r`` or ``mask``, arrays of
+    another length, values that are not numbers, a return that is NaN or
+    infinite, a length that is not a whole number of steps.
+    """
+    m = len(ended)
+    episode = info.get("episode") if isinstance(info, dict) else None
+    if episode is None:
+        return [None] * m
+    if not isinstance(episode, dict):
+        raise _info_resync(f"info.episode must be a map of r, l, s and mask, got {describe(episode)}")
+    try:
+        mask = np.asarray(episode["mask"], dtype=bool).reshape(m)
+        returns = np.asarray(episode["r"], dtype=np.float64).reshape(m)
+        lengths = np.asarray(episode.get("l", np.zeros(m)), dtype=np.float64).reshape(m)
+        success = np.asarray(episode.get("s", np.zeros(m)), dtype=bool).reshape(m)
+    except (KeyError, ValueError, TypeError, ArithmeticError):
+        raise _info_resync(f"info.episode must hold r and mask arrays (and l, s) of {m} numbers") from None
+    counts: list[EpisodeCount | None] = []
+    for row in range(m):
+        if not (ended[row] and mask[row]):
+            counts.append(None)
+            continue
+        ret, length = float(returns[row]), float(lengths[row])
+        if not math.isfinite(ret):
+            raise _info_resync(f"info.episode.r[{row}] is {ret}: a return must be a finite number")
+        if not (math.isfinite(length) and length >= 0 and length == int(length)):
+            raise _info_resync(f"info.episode.l[{row}] is {length}: a length is a whole number of steps")
+        counts.append(EpisodeCount(ret, int(length), bool(success[row])))
+    return counts
+
+
+def _info_resync(detail: str) -> Resync:
+    return Resync(Problem(Rule.INFO, detail), FEEDBACK)
+
+
 def _length_m(value: Any, m: int) -> bool:
     return isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == m
 

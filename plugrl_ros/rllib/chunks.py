@@ -7,9 +7,14 @@ RLModule's action is the whole chunk, flattened time-major to
 ``[H * action_dim]`` (RLlib's action distributions take flat boxes), and one
 RL step is one chunk: its reward is the chunk's sum, and a discount of
 ``gamma_step`` per control step is ``gamma_step ** H`` per RL step
-(:func:`chunk_gamma`). A chunk ends early only where the episode ends, so
-every non-final RL step spans exactly H control steps and that discount is
-exact. H = 1 is one RL step per action.
+(:func:`chunk_gamma`). That discount is exact for an RL step that spans
+all H control steps. A chunk ends early where the episode ends (its last
+RL step, where the discount does not matter), but the bridge also cuts chunks
+short when a sensor goes stale mid-chunk, when a feedback deadline passes,
+and every ``control.replan_steps`` (a pause truncates the episode): such an RL step spans
+fewer control steps, and its successor is discounted by ``gamma_step ** H``
+all the same, a little too much. The feedback does not say how many steps ran,
+so the runner cannot correct it. H = 1 is one RL step per action, always exact.
 
 RLlib's step counters (``num_env_steps_sampled``, episode lengths) count RL
 steps, that is chunks; the robots took up to H times as many steps.

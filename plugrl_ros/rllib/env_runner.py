@@ -132,6 +132,7 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         self._progress = threading.Condition(self._lock)
         self._links: dict[int, RobotEpisodes] = {}
         self._deferred: list[Inferred] = []  # infers read while not answering (on-policy timing)
+        self._failed: set[int] = set()  # connections closed after a failure, until their Closed event
         self._answering = False
         self._explore = bool(self.config.explore)
         self._random_actions = False
@@ -146,14 +147,18 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         # The local runner of an algorithm with remote ones samples nothing: it listens only when it is
         # the sampler, as RLlib's own runner builds its env only then.
         self.serving = self.worker_index > 0 or self.config.num_env_runners == 0
+        # RLlib's evaluation runners get the config with in_evaluation set (and num_env_runners the
+        # evaluation's): they listen on ports of their own
+        self.evaluation = bool(self.config.in_evaluation)
         self._server: BridgeServer | None = None
         self._serving_thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self.port: int | None = None
         if self.serving:
+            requested_port = self.settings.port_of(self.worker_index, self.evaluation)
             self._server = BridgeServer(
                 self.settings.host,
-                self.settings.port_of(self.worker_index),
+                requested_port,
                 self._reader,
                 self.metadata(),
                 self._events,
@@ -161,20 +166,25 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 self.settings.feedback_timeout_s,
             )
             try:
-                self.port = self._server.start()
+                self.port = self._server.listen()
             except OSError as exc:
+                setting = "evaluation_port" if self.evaluation else "port"
                 raise OSError(
-                    f"PlugRL runner {self.worker_index} cannot listen on {self.settings.host}:"
-                    f"{self.settings.port_of(self.worker_index)} ({exc.strerror or exc}): runner i listens on "
-                    'env_config["plugrl"]["port"] + i; choose a port range nothing else holds'
+                    f"PlugRL {self._name} cannot listen on {self.settings.host}:{requested_port} "
+                    f"({exc.strerror or exc}): {self._name.split()[0]} i listens on "
+                    f'env_config["plugrl"]["{setting}"] + i; choose a port range nothing else holds'
                 ) from exc
-            log.info("PlugRL runner %d listens for bridges on %s:%d", self.worker_index, self.settings.host, self.port)
+            log.info("PlugRL %s listens for bridges on %s:%d", self._name, self.settings.host, self.port)
             if self.settings.serve_during_updates:
                 self._answering = True
                 self._serving_thread = threading.Thread(
                     target=self._serve_always, name="plugrl-rllib-serve", daemon=True
                 )
                 self._serving_thread.start()
+
+    @property
+    def _name(self) -> str:
+        return f"{'evaluation runner' if self.evaluation else 'runner'} {self.worker_index}"
 
     # -- what the bridges are told ---------------------------------------------------
 
@@ -199,6 +209,9 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         if self.serving:
             assert self._server is not None and self._server.listening, (
                 f"runner {self.worker_index} is not listening for bridges"
+            )
+            assert self._serving_thread is None or self._serving_thread.is_alive() or self._stopped.is_set(), (
+                f"runner {self.worker_index}'s serving thread (serve_during_updates) has ended"
             )
 
     def make_module(self) -> None:
@@ -278,31 +291,39 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
 
         if self._serving_thread is not None:
             with self._progress:
-                self._progress.wait_for(enough, timeout=max(0.0, deadline - time.monotonic()))
-                return self._collect(cut=num_timesteps is not None)
+                # this call's settings hold for the answers given while it waits; between calls, the config's
+                self._explore, self._random_actions = explore, random_actions
+                try:
+                    self._progress.wait_for(enough, timeout=max(0.0, deadline - time.monotonic()))
+                    return self._collect(cut=num_timesteps is not None)
+                finally:
+                    self._explore, self._random_actions = bool(self.config.explore), False
         with self._lock:
             self._explore, self._random_actions = explore, random_actions
             self._answering = True
             self.figures.resume()
-            deferred, self._deferred = self._deferred, []
-            for event in deferred:
-                self._answer(event)
-            while True:
-                if enough():
-                    # on-policy: no new action now; the ones in flight come back before the update
-                    self._answering = False
-                    if not any(robots.holding for robots in self._links.values()):
+            try:
+                deferred, self._deferred = self._deferred, []
+                for event in deferred:
+                    self._handle_safely(event)
+                while True:
+                    if enough():
+                        # on-policy: no new action now; the ones in flight come back before the update
+                        self._answering = False
+                        if not any(robots.holding for robots in self._links.values()):
+                            break
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or self._stopped.is_set():
                         break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stopped.is_set():
-                    break
-                try:
-                    event = self._events.get(timeout=remaining)
-                except queue.Empty:
-                    break
-                self._handle(event)
-            self._answering = False
-            self.figures.pause()
+                    try:
+                        event = self._events.get(timeout=remaining)
+                    except queue.Empty:
+                        break
+                    self._handle_safely(event)
+            finally:
+                # whatever happened, the robots are not answered until the next call
+                self._answering = False
+                self.figures.pause()
             return self._collect(cut=num_timesteps is not None)
 
     def _serve_always(self) -> None:
@@ -313,10 +334,40 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
             except queue.Empty:
                 continue
             with self._progress:
-                self._handle(event)
+                self._handle_safely(event)
                 self._progress.notify_all()
 
     # -- events -----------------------------------------------------------------------------
+
+    def _handle_safely(self, event: Event) -> None:
+        """Handle one event; if that fails, only its connection goes (closed for a resync), never the runner."""
+        if event.link in self._failed:  # what the connection sent before its close came through
+            if isinstance(event, Closed):
+                self._failed.discard(event.link)
+            return
+        try:
+            self._handle(event)
+        except Exception:  # a connector, the RLModule or this code failed on what one bridge sent
+            log.exception(
+                "runner %d: handling bridge %d's %s failed; closing that connection for a resync "
+                "(its unfinished episodes are dropped)",
+                self.worker_index,
+                event.link,
+                type(event).__name__,
+            )
+            self._drop_link(event.link)
+            if not isinstance(event, Closed):
+                self._failed.add(event.link)
+                assert self._server is not None
+                self._server.close_link(event.link)
+
+    def _drop_link(self, link: int) -> None:
+        """Forget a connection whose state may be half-updated: none of its episodes reach the learner."""
+        robots = self._links.pop(link, None)
+        if robots is not None:
+            for episode_id in robots.episode_ids():
+                self._ongoing_episodes_for_metrics.pop(episode_id, None)
+        self._deferred = [e for e in self._deferred if e.link != link]
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, Connected):
@@ -354,9 +405,18 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         t = (self.num_env_steps_sampled_lifetime // runners + self._steps) * runners
         step = Step(self._explore, t, self._random_actions, self._weights_seq_no)
         started = time.perf_counter()
-        chunk = self._links[event.link].infer(event, self._policy, step)
+        chunk, restarts = self._links[event.link].infer(event, self._policy, step)
         self.figures.inference(len(event.envs), time.perf_counter() - started)
         event.answer.deliver(chunk)
+        for restart in restarts:
+            # the robot's episode goes on in a new RLlib episode: its steps so far count with the new one
+            previous = restart.previous
+            counted = self._ongoing_episodes_for_metrics.pop(previous.id_, [])
+            if len(previous) > 0:
+                self._abandoned.append(previous)
+                counted.append(previous)
+            if counted:
+                self._ongoing_episodes_for_metrics[restart.successor_id] = counted
 
     def _collect(self, cut: bool) -> list[SingleAgentEpisode]:
         ended, self._ended = self._ended, []
@@ -377,6 +437,10 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         steps = sum(len(episode) for episode in samples)
         if steps:
             self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=steps)
+        # RLlib's own runner's metric names and windows, so results read the same whatever the runner. A
+        # private method of another class with this runner as self: it uses only self.metrics and
+        # self.config, which every EnvRunner has (checked against Ray 2.60, pinned in requirements/rllib.txt;
+        # the runner tests read these metrics, so a Ray upgrade that changes them fails there).
         SingleAgentEnvRunner._increase_sampled_metrics(self, steps, len(ended))  # type: ignore[arg-type]
         return samples
 
@@ -391,6 +455,7 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                     length += len(chunk)
                     ret += chunk.get_return()
                     seconds += chunk.get_duration_s()
+                # RLlib's own episode metrics (names, windows), as _collect's sampled counts (see the note there)
                 SingleAgentEnvRunner._log_episode_metrics(self, length, ret, seconds)  # type: ignore[arg-type]
                 self._log_robot_episode(episode)
             self._done_episodes_for_metrics.clear()

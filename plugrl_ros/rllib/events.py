@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+
+from plugrl_ros.protocol.server_messages import EpisodeCount
 
 Observation = dict[str, dict[str, np.ndarray]]  # one row: {"states": {...}, "images": {...}}
 
@@ -27,8 +28,14 @@ class Answer:
         self.future: asyncio.Future[np.ndarray] = loop.create_future()
 
     def deliver(self, chunk: np.ndarray) -> None:
-        """Hand over the chunk ``[H, n, da]`` (thread-safe; nothing happens if the connection is gone)."""
-        self._loop.call_soon_threadsafe(self._set, chunk)
+        """Hand over the chunk ``[H, n, da]`` (thread-safe; nothing happens if the connection or the server is gone)."""
+        try:
+            self._loop.call_soon_threadsafe(self._set, chunk)
+        except RuntimeError:
+            # the only RuntimeError call_soon_threadsafe raises: the server stopped (its loop is closed),
+            # and with it the connection the chunk was for
+            if not self._loop.is_closed():
+                raise
 
     def _set(self, chunk: np.ndarray) -> None:
         if not self.future.done():
@@ -64,7 +71,7 @@ class FedBack:
     rewards: np.ndarray  # float64 [m]
     terminated: np.ndarray  # bool [m]
     truncated: np.ndarray  # bool [m]
-    episodes: list[dict[str, Any] | None]  # info["episode"] of each row that ended one, as the bridge counted it
+    episodes: list[EpisodeCount | None]  # info["episode"] of each row that ended one, as the bridge counted it
 
 
 @dataclass(frozen=True)

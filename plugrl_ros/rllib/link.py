@@ -22,11 +22,9 @@ are sent, so a busy learner never closes a healthy link.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
 import logging
 import queue
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -38,12 +36,12 @@ from websockets.exceptions import ConnectionClosed
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.codec import packb
 from plugrl_ros.protocol.errors import ProtocolError
-from plugrl_ros.protocol.server_messages import Feedback, Infer
+from plugrl_ros.protocol.server_messages import Feedback, Infer, episode_counts
 from plugrl_ros.protocol.trainer_connection import ServerPhase, TrainerConnection
 from plugrl_ros.rllib.events import Answer, Closed, Connected, Event, FedBack, Inferred
 from plugrl_ros.rllib.link_figures import LinkFigures
 from plugrl_ros.rllib.observations import ObservationReader
-from plugrl_ros.tools.serving import serve_trainer
+from plugrl_ros.tools.serving import TrainerThread, serve_trainer
 
 log = logging.getLogger("plugrl_ros.rllib.link")
 
@@ -72,54 +70,64 @@ class BridgeServer:
         self.feedback_timeout_s = feedback_timeout_s
         self._requested_port = port
         self._links = itertools.count()
-        self._connections: set[ServerConnection] = set()
+        self._connections: dict[int, ServerConnection] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Server | None = None
         self._stopping: asyncio.Event | None = None
-        self._port: concurrent.futures.Future[int] = concurrent.futures.Future()
-        self._thread = threading.Thread(target=self._run, name="plugrl-rllib-link", daemon=True)
+        # the package's trainer thread runs this server as it runs the demo and test trainers
+        self._thread: TrainerThread[None] = TrainerThread(self, name="plugrl-rllib-link")
 
     # -- from the runner's thread --------------------------------------------------
 
-    def start(self, timeout: float = 10.0) -> int:
-        """Listen; the port (OSError if the address cannot be bound)."""
-        self._thread.start()
-        return self._port.result(timeout)
+    def listen(self, timeout: float = 10.0) -> int:
+        """Listen on its own thread; the port (OSError if the address cannot be bound)."""
+        return self._thread.start(timeout)
 
     @property
     def port(self) -> int:
-        return self._port.result(0)
+        return self._thread.port
 
     @property
     def listening(self) -> bool:
-        return self._thread.is_alive() and self._port.done() and self._port.exception() is None
+        return self._thread.alive and self._thread.error is None
+
+    def close_link(self, link: int) -> None:
+        """Close connection ``link`` for a resync (from any thread; nothing happens if it is gone)."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._resync(link)))
+        except RuntimeError:
+            if not loop.is_closed():  # the only RuntimeError expected here: the server has stopped
+                raise
 
     def stop(self, timeout: float = 10.0) -> None:
         """End the run: every bridge is closed with ``plugrl-server-stop``, then the server and its thread stop."""
-        if self._loop is not None and self._stopping is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stopping.set)
-        self._thread.join(timeout)
+        self._thread.end()
+        if not self._thread.join(timeout):
+            log.warning("the bridge server did not stop within %g s", timeout)
+        elif self._thread.error is not None:
+            log.error("the bridge server had failed: %s", self._thread.error)
 
-    # -- the event loop's thread ---------------------------------------------------
+    # -- the Trainer that TrainerThread runs, on its event loop ----------------------
 
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # hand a failure to start to the thread that waits for the port
-            if not self._port.done():
-                self._port.set_exception(exc)
-            else:
-                log.exception("the bridge server failed")
-
-    async def _main(self) -> None:
+    async def start(self) -> int:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         self._server = await serve_trainer(self._handle, self.host, self._requested_port, _CLOSE_TIMEOUT_S)
-        self._port.set_result(next(iter(self._server.sockets)).getsockname()[1])
+        return next(iter(self._server.sockets)).getsockname()[1]
+
+    async def finished(self) -> None:
+        assert self._stopping is not None and self._server is not None
         await self._stopping.wait()
-        await asyncio.gather(*(ws.close(1001, STOP_REASON) for ws in list(self._connections)))
+        await asyncio.gather(*(ws.close(1001, STOP_REASON) for ws in list(self._connections.values())))
         self._server.close()
         await self._server.wait_closed()
+
+    def end(self) -> None:
+        assert self._stopping is not None
+        self._stopping.set()
 
     async def _handle(self, ws: ServerConnection) -> None:
         assert self._stopping is not None
@@ -127,7 +135,7 @@ class BridgeServer:
             await ws.close(1001, STOP_REASON)
             return
         link = next(self._links)
-        self._connections.add(ws)
+        self._connections[link] = ws
         self.figures.opened(link)
         self.events.put(Connected(link, str(ws.remote_address)))
         log.info("bridge %d connected from %s", link, ws.remote_address)
@@ -138,9 +146,14 @@ class BridgeServer:
         except ConnectionClosed as exc:
             log.info("bridge %d left: %s", link, exc)
         finally:
-            self._connections.discard(ws)
+            self._connections.pop(link, None)
             self.figures.closed(link)
             self.events.put(Closed(link))
+
+    async def _resync(self, link: int) -> None:
+        ws = self._connections.get(link)
+        if ws is not None:
+            await ws.close(1001, RESYNC_REASON)
 
     async def _serve(self, ws: ServerConnection, link: int, connection: TrainerConnection) -> None:
         while True:
@@ -190,7 +203,7 @@ class BridgeServer:
             message.rewards,
             message.terminated,
             message.truncated,
-            episode_entries(message.info, message.terminated | message.truncated),
+            episode_counts(message.info, message.terminated | message.truncated),
         )
 
 
@@ -205,30 +218,3 @@ async def _answer_or_close(ws: ServerConnection, answer: Answer) -> np.ndarray |
         return answer.future.result()
     answer.future.cancel()
     return None
-
-
-def episode_entries(info: Any, ended: np.ndarray) -> list[dict[str, Any] | None]:
-    """Per row, ``info["episode"]`` (r, l, s) where the row ended its episode and the mask holds; else None.
-
-    The bridge counts return, length (in control steps) and success itself;
-    PlugRL servers read them only on ended rows, and so does this one.
-    """
-    m = len(ended)
-    episode = info.get("episode") if isinstance(info, dict) else None
-    if episode is None:
-        return [None] * m
-    if not isinstance(episode, dict):
-        raise ProtocolError("info.episode", "must be a map of r, l, s and mask arrays")
-    try:
-        mask = np.asarray(episode["mask"], dtype=bool).reshape(m)
-        returns = np.asarray(episode["r"], dtype=np.float64).reshape(m)
-        lengths = np.asarray(episode.get("l", np.zeros(m)), dtype=np.int64).reshape(m)
-        success = np.asarray(episode.get("s", np.zeros(m)), dtype=bool).reshape(m)
-    except (KeyError, ValueError, TypeError):
-        raise ProtocolError("info.episode", f"must hold r and mask arrays (and l, s) of length {m}") from None
-    return [
-        {"r": float(returns[row]), "l": int(lengths[row]), "s": bool(success[row])}
-        if ended[row] and mask[row]
-        else None
-        for row in range(m)
-    ]

@@ -51,6 +51,9 @@ class ObservationReader:
         """The n rows of ``observation`` as the space's observations; SpaceMismatch naming the key otherwise."""
         if not isinstance(observation, dict):
             raise SpaceMismatch(where, "is not a map of images, states and text")
+        if n == 0:
+            # every row reused: nothing to read, whatever names the empty batch lists (PlugRL's checker sends {})
+            return []
         columns: dict[tuple[str, str], np.ndarray] = {}
         for group, name, box in self._boxes:
             columns[group, name] = self._column(observation, group, name, box, n, f"{where}.{group}.{name}")
@@ -58,7 +61,9 @@ class ObservationReader:
         for row in range(n):
             item: dict[str, dict[str, np.ndarray]] = {group: {} for group in self.space.spaces}
             for (group, name), column in columns.items():
-                item[group][name] = column[row]
+                # a row of its own: a view would keep the whole received frame alive in every episode that
+                # stores it, and be read-only (the frame's buffer) for connectors that write in place
+                item[group][name] = column[row].copy()
             out.append(item)
         return out
 

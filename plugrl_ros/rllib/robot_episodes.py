@@ -8,13 +8,18 @@ weights' sequence number), the chunk's summed reward, the observation after
 the chunk (the terminal one when the episode ended), the flags, and the
 bridge's ``info["episode"]`` on the row that ended it.
 
-A continuing episode's next action is computed from its last stored
-observation, the feedback's. That is what the next infer carries: the
-bridge sends the feedback's row again, or reuses it under
-``reuse-feedback-obs``. So an infer's row for a continuing env is checked
-against the spaces but not used, and the observation the policy acted on is
-always the one the episode holds, the one the learner recomputes
-probabilities from.
+A continuing episode's next action is computed from the observation the
+robot is in when it asks. Usually that is its last feedback's: the bridge
+marks the row reused under ``reuse-feedback-obs`` (then it is the feedback's
+by construction), or sends the feedback's row again. But a robot may have
+moved on since its feedback (the bridge was paused with the feedback held, a
+client sends a fresh capture): then the infer's row differs from the
+feedback's, and acting on the feedback's would command the robot from a
+state it has left. So an infer row that differs from the feedback's ends the
+episode's current chunk as a connection close does (not terminated, not
+truncated: RLlib bootstraps its value, and no transition is stored that did
+not happen) and starts a new episode from the fresh row, which the policy
+acts on. The metrics count the two as one episode, as the bridge does.
 
 The protocol forgets every env of a connection when it closes, and so does
 this: steps already fed back stay valid training data and are returned as
@@ -32,7 +37,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 from plugrl_ros.rllib.chunks import ChunkMapping
-from plugrl_ros.rllib.events import FedBack, Inferred
+from plugrl_ros.rllib.events import FedBack, Inferred, Observation
 from plugrl_ros.rllib.inference import Decision, PolicyPass, Prepared
 
 
@@ -42,6 +47,16 @@ class _Robot:
     prepared: Prepared | None = None  # the env-to-module batch that holds its last observation ...
     row: int = 0  # ... at this row
     held: Decision | None = None  # the action it is executing, until its feedback
+    # its last feedback's observation as the bridge sent it (the episode's copy may be rewritten by connectors)
+    fed_back: Observation | None = None
+
+
+@dataclass(frozen=True)
+class Restart:
+    """A continuing episode that a fresh observation ended: its last chunk, and the episode that follows it."""
+
+    previous: SingleAgentEpisode  # not done: RLlib bootstraps it; returned only if it has steps
+    successor_id: str
 
 
 @dataclass(frozen=True)
@@ -69,18 +84,28 @@ class RobotEpisodes:
         """Whether any env executes an action whose feedback has not come."""
         return any(robot.held is not None for robot in self._robots.values())
 
-    def infer(self, event: Inferred, policy: PolicyPass, step: Step) -> np.ndarray:
-        """The action chunk ``[H, n, action_dim]`` for the infer's envs, in its order."""
+    def infer(self, event: Inferred, policy: PolicyPass, step: Step) -> tuple[np.ndarray, list[Restart]]:
+        """The action chunk ``[H, n, action_dim]`` for the infer's envs, in its order; the episodes it restarted."""
         robots = [self._robots.setdefault(env, _Robot()) for env in event.envs]
         starting = []
+        restarts = []
         for env, robot in zip(event.envs, robots):
+            row = event.rows.get(env)  # None: reused, the feedback's by construction
+            previous = robot.episode
+            if previous is not None and row is not None and not _same(row, robot.fed_back):
+                # the robot moved on since its feedback: never act on the old observation
+                robot.episode = robot.prepared = None
             if robot.episode is None:
                 # the connection checked that a reused row only ever continues an episode
+                assert row is not None
                 robot.episode = SingleAgentEpisode(
                     observation_space=self.observation_space, action_space=self.action_space
                 )
-                robot.episode.add_env_reset(observation=event.rows[env])
+                robot.episode.add_env_reset(observation=row)
                 starting.append(robot)
+                if previous is not None:
+                    restarts.append(Restart(previous, robot.episode.id_))
+            robot.fed_back = None
         if starting:
             self._prepare(starting, policy, step.explore)
         batches: dict[int, tuple[Prepared, list[_Robot]]] = {}
@@ -94,7 +119,7 @@ class RobotEpisodes:
                 extra = {**decision.extra_model_outputs, WEIGHTS_SEQ_NO: step.weights_seq_no}
                 robot.held = Decision(decision.action, decision.action_for_env, extra)
                 robot.prepared = None
-        return self.chunks.to_chunk(np.stack([_held(robot).action_for_env for robot in robots]))
+        return self.chunks.to_chunk(np.stack([_held(robot).action_for_env for robot in robots])), restarts
 
     def feedback(self, event: FedBack, policy: PolicyPass, explore: bool) -> list[tuple[int, SingleAgentEpisode]]:
         """Add each row's RL step; the episodes it ended, with their envs."""
@@ -103,7 +128,9 @@ class RobotEpisodes:
             robot = self._robots[env]
             # the connection checked that an env in a feedback holds an action
             assert robot.held is not None and robot.episode is not None
-            episode_info = event.episodes[row]
+            count = event.episodes[row]
+            # kept as RLlib keeps an env's info: plain values under the protocol's own keys
+            episode_info = None if count is None else {"r": count.ret, "l": count.length, "s": count.success}
             robot.episode.add_env_step(
                 observation=event.observations[row],
                 action=robot.held.action,
@@ -114,6 +141,7 @@ class RobotEpisodes:
                 extra_model_outputs=robot.held.extra_model_outputs,
             )
             robot.held = None
+            robot.fed_back = _copied(event.observations[row])
             stepped.append(robot)
         # the terminal observations too: a connector that rewrites observations must see every one
         self._prepare(stepped, policy, explore)
@@ -122,7 +150,7 @@ class RobotEpisodes:
             assert robot.episode is not None
             if robot.episode.is_done:
                 ended.append((env, robot.episode))
-                robot.episode = robot.prepared = None
+                robot.episode = robot.prepared = robot.fed_back = None
         return ended
 
     def cut(self, lookback: int) -> list[SingleAgentEpisode]:
@@ -151,6 +179,19 @@ class RobotEpisodes:
         prepared = policy.prepare(episodes, explore)  # type: ignore[arg-type]
         for row, robot in enumerate(robots):
             robot.prepared, robot.row = prepared, row
+
+
+def _same(row: Observation, fed_back: Observation | None) -> bool:
+    """Whether an infer's row is the feedback's observation again (the same arrays, bit for bit)."""
+    if fed_back is None:
+        return False
+    return all(
+        np.array_equal(array, fed_back[group][name]) for group, arrays in row.items() for name, array in arrays.items()
+    )
+
+
+def _copied(row: Observation) -> Observation:
+    return {group: {name: array.copy() for name, array in arrays.items()} for group, arrays in row.items()}
 
 
 def _held(robot: _Robot) -> Decision:

@@ -39,6 +39,10 @@ class RunnerSettings:
     serve_during_updates: bool = False
     # Close a connection whose feedback is this late after an action, as a PlugRL server does.
     feedback_timeout_s: float = PROTOCOL_FEEDBACK_TIMEOUT_S
+    # RLlib's evaluation runners (evaluation_interval set) are runners too, numbered like the
+    # training ones: evaluation runner i listens on evaluation_port + i, for bridges of robots that
+    # evaluate. None (the default): a runner refuses to start as an evaluation runner. 0: free ports.
+    evaluation_port: int | None = None
 
     def __post_init__(self) -> None:
         _check(isinstance(self.host, str) and bool(self.host), "host", self.host, "an address to listen on")
@@ -46,6 +50,12 @@ class RunnerSettings:
         _check(_is_int(self.horizon) and self.horizon >= 1, "horizon", self.horizon, "an integer of at least 1")
         _check(_is_number(self.sample_wait_s) and self.sample_wait_s > 0, "sample_wait_s", self.sample_wait_s, "> 0")
         _check(isinstance(self.serve_during_updates, bool), "serve_during_updates", self.serve_during_updates, "a bool")
+        _check(
+            self.evaluation_port is None or (_is_int(self.evaluation_port) and 0 <= self.evaluation_port <= 65535),
+            "evaluation_port",
+            self.evaluation_port,
+            "None or a port in 0..65535",
+        )
         _check(
             _is_number(self.feedback_timeout_s) and self.feedback_timeout_s > 0,
             "feedback_timeout_s",
@@ -71,9 +81,26 @@ class RunnerSettings:
             )
         return cls(**dict(given))
 
-    def port_of(self, worker_index: int) -> int:
-        """The port runner ``worker_index`` listens on (0 stays 0: a free port)."""
-        return 0 if self.port == 0 else self.port + worker_index
+    def port_of(self, worker_index: int, evaluation: bool = False) -> int:
+        """The port runner ``worker_index`` (of the evaluation runners if ``evaluation``) listens on (0: a free port).
+
+        ValueError for an evaluation runner without ``evaluation_port``: it would
+        take a training runner's port (the same index) and fail to listen, or
+        serve the training robots.
+        """
+        if evaluation:
+            if self.evaluation_port is None:
+                raise ValueError(
+                    f'PlugRL evaluation runner {worker_index}: env_config["{ENV_CONFIG_KEY}"]["evaluation_port"] '
+                    "is not set. RLlib's evaluation runners (evaluation_interval) are numbered like the training "
+                    "runners and would take their ports: set evaluation_port (evaluation runner i listens on "
+                    "evaluation_port + i; point the evaluating robots' bridges there), or leave evaluation_interval "
+                    "unset"
+                )
+            base = self.evaluation_port
+        else:
+            base = self.port
+        return 0 if base == 0 else base + worker_index
 
 
 def check_against(settings: RunnerSettings, sample_timeout_s: float | None) -> None:

@@ -11,10 +11,11 @@ trainer's bound is ``(min - offset) / scale``. The RL step's action is the
 whole chunk (:mod:`plugrl_ros.rllib.chunks`).
 
 Only what the file itself fixes is read; no ROS is needed. A width the file
-cannot tell (a ``Float64MultiArray`` without ``slice``, an image without
-``resize``) must be given (``state_dims``, ``image_shapes``) and a missing one
-is an error naming the key. Everything else of the file is the bridge's to
-check at its startup.
+cannot tell (a ``Float64MultiArray`` state without ``slice``, an image without
+``resize``, a ``Float64MultiArray`` actuator without ``slice``, which takes the
+whole action, as wide as the trainer sends it) must be given (``state_dims``,
+``image_shapes``, ``action_dim``) and a missing one is an error naming the key.
+Everything else of the file is the bridge's to check at its startup.
 """
 
 from __future__ import annotations
@@ -66,13 +67,17 @@ def robot_spaces(
     images: Sequence[str] | None = None,
     state_dims: Mapping[str, int] | None = None,
     image_shapes: Mapping[str, Sequence[int]] | None = None,
+    action_dim: int | None = None,
 ) -> RobotSpaces:
     """The spaces of the robot the bridge's ``params_file`` describes.
 
     ``states`` and ``images`` choose the names the policy reads (default: every
     one the file configures; the bridge may send more, which the runner
     ignores). ``state_dims`` and ``image_shapes`` give the widths the file
-    cannot tell. ``horizon`` is H, the steps per action chunk.
+    cannot tell; ``action_dim`` the width of one step's action where the file
+    leaves it to the trainer (an actuator that takes the whole action), and
+    must match the file's actuators otherwise. ``horizon`` is H, the steps per
+    action chunk.
     """
     values = _parameters(Path(params_file))
     root = Section(values, "")
@@ -100,7 +105,14 @@ def robot_spaces(
         )
     if not groups:
         raise ConfigError("observations", {}, "the policy must read at least one state or image")
-    low, high = _action_bounds(root.section("actions", required=True))
+    if action_dim is not None and (not isinstance(action_dim, int) or isinstance(action_dim, bool) or action_dim < 1):
+        raise ValueError(f"action_dim must be an integer of at least 1, got {action_dim!r}")
+    low, high = _action_bounds(root.section("actions", required=True), action_dim)
+    if action_dim is not None and low.shape[0] != action_dim:
+        raise ValueError(
+            f"action_dim={action_dim}, but the file's actuators read {low.shape[0]} values per step: "
+            "leave action_dim out, or make the actuators read that many"
+        )
     step_space = gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
     return RobotSpaces(gym.spaces.Dict(groups), step_space, ChunkMapping(horizon, low.shape[0]))
 
@@ -225,12 +237,12 @@ def _image_box(section: Section, given: tuple[int, ...] | None) -> gym.spaces.Bo
 # -- actions ----------------------------------------------------------------------------
 
 
-def _action_bounds(section: Section) -> tuple[np.ndarray, np.ndarray]:
+def _action_bounds(section: Section, action_dim: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Per element of the step's action vector: the trainer-side [low, high] the sinks clip it to."""
     slices = []
     for name in section.names():
         action = section.section(name)
-        start, stop = _action_slice(action)
+        start, stop = _action_slice(action, action_dim)
         width = stop - start
         scale = np.array(action.float_list("scale", length=width))
         offset = np.array(action.float_list("offset", length=width))
@@ -252,7 +264,7 @@ def _action_bounds(section: Section) -> tuple[np.ndarray, np.ndarray]:
     return low, high
 
 
-def _action_slice(action: Section) -> tuple[int, int]:
+def _action_slice(action: Section, action_dim: int | None) -> tuple[int, int]:
     kind = action.str("type").rsplit("/", 1)[-1]
     if kind in ("JointState", "JointTrajectory"):
         width: int | None = len(action.str_list("joints", nonempty=True))
@@ -270,5 +282,13 @@ def _action_slice(action: Section) -> tuple[int, int]:
             raise ConfigError(action.key("slice"), [start, stop], "expected [start, stop] with 0 <= start < stop")
         return start, stop
     if width is None:
-        raise ConfigError(action.key("slice"), None, "required for std_msgs/Float64MultiArray")
+        # the bridge's whole-action actuator: as wide as the trainer sends it, so the trainer says how wide
+        if action_dim is None:
+            raise ConfigError(
+                action.prefix,
+                None,
+                "without slice this actuator takes the whole action, as wide as the trainer sends it: "
+                "pass robot_spaces(..., action_dim=N)",
+            )
+        return 0, action_dim
     return 0, width

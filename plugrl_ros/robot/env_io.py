@@ -35,6 +35,8 @@ from plugrl_ros.ros.sources import ConversionError
 
 # An actuator without a subscriber for this long is reported (DDS matches a new pair in well under that).
 _UNHEARD_WARNING_S = 3.0
+# A topic counts as matched (a reset may be called) this long after its publisher matched the bridge's reader.
+_MATCH_SETTLE_S = 1.0
 
 
 class Latest:
@@ -95,13 +97,14 @@ class ShapeGuard:
 
 
 class _Source:
-    __slots__ = ("config", "latest", "subscription", "topic")
+    __slots__ = ("config", "latest", "matched_at", "subscription", "topic")
 
     def __init__(self, config: TopicConfig, topic: str) -> None:
         self.config = config
         self.topic = topic
         self.latest = Latest()
         self.subscription: Any = None
+        self.matched_at: float | None = None  # when a publisher was first seen matched (monotonic)
 
 
 class EnvIO:
@@ -337,12 +340,21 @@ class EnvIO:
         sources = [*self._observed, *self._step_sources]
         if self._reward_source is not None:
             sources.append(self._reward_source)
+        now = self._clock_s()
         seen: set[str] = set()
         unmatched = []
         for source in sources:
-            if source.topic not in seen and source.subscription.get_publisher_count() == 0:
-                unmatched.append(source.topic)
+            if source.topic in seen:
+                continue
             seen.add(source.topic)
+            if source.subscription.get_publisher_count() == 0:
+                source.matched_at = None
+            elif source.matched_at is None:
+                source.matched_at = now
+            # The bridge's reader matches first; the robot's writer matches the reader a moment later (each
+            # side handles the other's announcement on its own), and until then what it publishes is lost.
+            if source.matched_at is None or now - source.matched_at < _MATCH_SETTLE_S:
+                unmatched.append(source.topic)
         return unmatched
 
     def observe(self, now_ns: int, starting: bool = False) -> ObservationRow | None:

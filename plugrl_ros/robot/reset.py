@@ -127,8 +127,10 @@ class ResetProcedure:
         if self.state is ResetState.DISCOVERING:
             assert self._client is not None
             if self._client.service_is_ready():
+                # it is there now: only failed calls still count in a row (not the wait for the topics)
+                self.failures -= self._missing
+                self._missing = 0
                 if self._topics_matched(now):
-                    self.failures -= self._missing  # it is there now: only failed calls still count in a row
                     self._send()
             elif now >= self._deadline:
                 self._report_missing(now)

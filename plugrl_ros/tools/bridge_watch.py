@@ -54,7 +54,9 @@ class BridgeWatch:
         if self._closed:
             return
         self._closed = True
+        # the spin thread must have left rcl before its node and context go: a thread still waiting in rcl
+        # when they are destroyed ends the process (std::terminate)
         self._executor.shutdown(timeout_sec=1.0)
+        self._thread.join(5.0)
         self._node.destroy_node()
         rclpy.try_shutdown(context=self._context)
-        self._thread.join(2.0)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from rclpy.clock import Clock, ClockType
+from rclpy.logging import LoggingSeverity
 from rclpy.node import Node
 
 from plugrl_ros.protocol.client import CloseKind, Connected, ConnectFailed, Disconnected, FrameReceived, Notice
@@ -97,6 +98,8 @@ class TrainMode:
         else:
             node.create_timer(period, self._on_tick, callback_group=callback_group)
         self.link = TrainerLink(node, config.trainer, self._on_link_event, callback_group)
+        # (per message, only when asked for: the line would be built on every chunk otherwise)
+        self._debug = node.get_logger().is_enabled_for(LoggingSeverity.DEBUG)
 
     def start(self) -> None:
         self.link.start()
@@ -144,7 +147,8 @@ class TrainMode:
                 if self.config_problem:
                     log.info("the trainer's actions fit the configuration now")
                     self.config_problem = ""
-                log.debug(f"connection {event.epoch}: action, env(s) {list(result.envs)}, {len(event.frame)} bytes")
+                if self._debug:
+                    log.debug(f"connection {event.epoch}: action, env(s) {list(result.envs)}, {len(event.frame)} bytes")
                 if self.observer is not None:
                     self._observe_chunks(result.envs)
                 if self.lockstep:
@@ -422,10 +426,11 @@ class TrainMode:
         # (No message is handled between the capture and here: one executor thread.)
         for env in captured:
             robot.begin_window(env)
-        for message in outgoing:
-            self.link.send(self.rollout.epoch, message)
-            envs = list(message.env_indices)
-            self._node.get_logger().debug(f"connection {self.rollout.epoch}: {message.kind}, env(s) {envs}")
+        self.link.send(self.rollout.epoch, outgoing)
+        if outgoing and self._debug:
+            for message in outgoing:
+                envs = list(message.env_indices)
+                self._node.get_logger().debug(f"connection {self.rollout.epoch}: {message.kind}, env(s) {envs}")
         if inferring is not None:  # timer mode: a step is due when its chunk's answer is awaited
             for env, before in zip(rollout_envs, inferring):
                 if env.inferring and not before:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rclpy.node import Node
@@ -88,8 +88,15 @@ class TrainerLink:
         except RuntimeError:  # the loop closed between the check and the call
             pass
 
-    def send(self, epoch: int, outgoing: Outgoing) -> None:
-        self._call(self._client.send, epoch, outgoing)
+    def send(self, epoch: int, outgoing: Sequence[Outgoing]) -> None:
+        """Queue ``outgoing`` (a feedback and the infer after it, usually) for connection ``epoch``: one hand-over
+        to the link's loop for all of them (each is a write to its wake-up pipe, taken under the GIL)."""
+        if outgoing:
+            self._call(self._send_all, epoch, tuple(outgoing))
+
+    def _send_all(self, epoch: int, outgoing: tuple[Outgoing, ...]) -> None:
+        for message in outgoing:
+            self._client.send(epoch, message)
 
     def abort(self, epoch: int, detail: str, code: int = 1002, slowly: bool = False) -> None:
         self._call(self._client.abort, epoch, detail, code, slowly)
