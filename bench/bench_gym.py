@@ -1,22 +1,28 @@
 """Gymnasium envs through ROS: does a trainer learn the same, and what does the ROS path cost per env step?
 
-Run: ``python bench/bench_gym.py [--quick] [--trainer demo] [--seeds 3] [--json PATH]`` (needs the gym
-extra: ``scripts/setup-venv.sh .venv kilted "" gym``).
+Run: ``python bench/bench_gym.py [--quick] [--trainer rllib|demo ...] [--seeds 3] [--part all|learning|throughput]
+[--json PATH] [--plot PNG]`` (needs the gym extra, and for the default trainer the rllib extra too:
+``scripts/setup-venv.sh .venv kilted "" gym,rllib``; ``OMP_NUM_THREADS=1`` on a small machine).
 
-Learning equivalence. One trainer (``--trainer``; ``demo`` is the demo's
-policy-gradient learner, and :data:`TRAINERS` takes others) learns
-``--env`` (InvertedPendulum-v5) from the same seeds two ways:
+Learning equivalence. One trainer learns InvertedPendulum-v5 from the same
+seeds two ways:
 
 * direct: the env stepped in-process by the package's headless client
   (``python -m plugrl_ros.gym.direct``), no ROS;
 * ros: ``plugrl-gym-robot`` and the bridge (its printed config), lockstep.
 
-Each run ends when the trainer has seen ``--steps`` env steps. Reported: the
-return at equal env steps (the mean of the episodes ending in the window
-before each mark) as mean ± std over the seeds, whether the two paths gave the
-very same episodes (with one copy and a deterministic trainer they must), and
-the wall-clock and the client-side CPU (direct process; robot + bridge
-processes) per env step of ros over direct, all from this one run.
+The trainer (``--trainer``, :data:`TRAINERS`; given twice, both in one run):
+``rllib`` (the default) is RLlib PPO with a
+:class:`~plugrl_ros.rllib.env_runner.PlugRLEnvRunner` serving whichever
+path connects, its spaces read from the bridge config the ROS path runs
+with (:func:`ppo_config`); ``demo`` is the demo's policy-gradient learner.
+Each run ends when the trainer has seen the trainer's number of env steps
+(``--steps`` overrides). Reported: the return at equal env steps (the mean of
+the episodes ending in the window before each mark) as mean ± std over the
+seeds, whether the two paths gave the very same episodes, and the wall-clock
+(with and without the trainer's updates, during which RLlib's robots wait)
+and the client-side CPU (direct process; robot + bridge processes) per env
+step of ros over direct, all from this one run.
 
 Throughput. Lockstep env steps/s of Pendulum-v1 (no terminations; its
 200-step limit is a multiple of the chunk, so every chunk runs whole) with 1 /
@@ -27,6 +33,7 @@ direct client, in the same run.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import time
@@ -53,6 +60,17 @@ THROUGHPUT_HEAD = (
 # -- trainers ------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class LearningTask:
+    """What a trainer is built for: the env, the seed, and the bridge config both paths share."""
+
+    env_id: str
+    seed: int
+    params_file: Path  # what plugrl-gym-robot --print-config printed: the ROS path's bridge runs with it
+    state_dims: dict[str, int]  # the observation's states and their widths
+    action_dim: int
+
+
 class LearningTrainer(Protocol):
     """What the learning benchmark runs: a PlugRL trainer serving one run (as :class:`TrainerThread` runs it)
     that lists the episodes it has seen."""
@@ -67,8 +85,12 @@ class LearningTrainer(Protocol):
         """(env, return, length) of every episode ended so far, in the order they ended."""
         ...
 
+    def serving_intervals(self) -> list[tuple[float, float]]:
+        """(start, end) monotonic times in which the trainer answered the robots (empty: always)."""
+        ...
 
-def demo_trainer(seed: int, action_dim: int) -> LearningTrainer:
+
+def demo_trainer(task: LearningTask) -> LearningTrainer:
     """The demo trainer's learner, one decision per step, tuned for InvertedPendulum (it learns in 15k steps)."""
     from plugrl_ros.demo.trainer import DemoTrainer, DemoTrainerSettings
 
@@ -76,14 +98,110 @@ def demo_trainer(seed: int, action_dim: int) -> LearningTrainer:
         def episodes(self) -> list[tuple[int, float, int]]:
             return [(r.env, r.ret, r.length) for r in self.records()]
 
+        def serving_intervals(self) -> list[tuple[float, float]]:
+            return []  # it updates between two answers, in the time it answers
+
     settings = DemoTrainerSettings(
-        port=0, duration_s=3600.0, horizon=1, action_dim=action_dim, seed=seed, gamma=0.9, batch_episodes=8
+        port=0,
+        duration_s=3600.0,
+        horizon=1,
+        action_dim=task.action_dim,
+        seed=task.seed,
+        gamma=0.9,
+        batch_episodes=8,
     )
     return Demo(settings)
 
 
-# name -> a factory of the trainer for (seed, action_dim)
-TRAINERS: dict[str, Callable[[int, int], LearningTrainer]] = {"demo": demo_trainer}
+# RLlib PPO for InvertedPendulum-v5, one decision per control step (H = 1). Tuned on this 2-core machine
+# (RLlib's own runner, 40k steps, seeds 0-2): a discount of 0.9 per step (the pole falls within a few steps
+# of a bad action; 0.99 had not learned by 50k) and no KL penalty (clipping alone; with it, 1,000 came
+# later or not at all) reach the full 1,000 steps by about 20k-25k env steps.
+PPO_HORIZON = 1
+PPO_SETTINGS: dict[str, Any] = {
+    "gamma": 0.9,
+    "lambda_": 0.95,
+    "lr": 2e-3,
+    "use_kl_loss": False,
+    "train_batch_size_per_learner": 1000,
+    "minibatch_size": 250,
+    "num_epochs": 15,
+    # RLlib clips each squared value error at this; values reach 10 (1 per step, discounted by 0.9), so its
+    # default of 10 would drop the large early errors' gradients: effectively unclipped
+    "vf_clip_param": 1000.0,
+}
+PPO_HIDDEN = [32, 32]
+SAMPLE_WAIT_S = 300.0
+
+
+def ppo_config(task: LearningTask, serving_runner: type) -> Any:
+    """RLlib PPO with a PlugRL runner as its only EnvRunner, the spaces read from the bridge config."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.connectors.env_to_module import FlattenObservations, MeanStdFilter
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    from plugrl_ros.rllib import RunnerSettings, chunk_gamma, robot_spaces
+
+    spaces = robot_spaces(task.params_file, horizon=PPO_HORIZON, state_dims=task.state_dims)
+    # Every sample() waits for its whole batch (sample_wait_s, far above the ~10 s a batch takes through ROS on
+    # a busy machine): a sample cut short by its wait makes RLlib sample again and train on a larger batch, so
+    # the updates, and all that follows, would depend on how fast the path steps.
+    runner = RunnerSettings(host="127.0.0.1", port=0, horizon=PPO_HORIZON, sample_wait_s=SAMPLE_WAIT_S)
+    training = {**PPO_SETTINGS, "gamma": chunk_gamma(PPO_SETTINGS["gamma"], PPO_HORIZON)}
+    return (
+        PPOConfig()
+        .environment(
+            observation_space=spaces.observation_space,
+            action_space=spaces.action_space,
+            env_config=runner.env_config(),
+        )
+        .env_runners(
+            env_runner_cls=serving_runner,
+            num_env_runners=0,
+            sample_timeout_s=2 * SAMPLE_WAIT_S,
+            env_to_module_connector=lambda env, spaces, device: [FlattenObservations(), MeanStdFilter()],
+        )
+        .training(**training)
+        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=PPO_HIDDEN))
+        .debugging(seed=task.seed)
+    )
+
+
+def rllib_trainer(task: LearningTask) -> LearningTrainer:
+    """RLlib PPO (:func:`ppo_config`) whose PlugRL runner serves whichever path connects: the direct client or
+    the bridge. The runner only adds a record of when ``sample()`` ran (the robots are answered only then)."""
+    import time as _time
+
+    from plugrl_ros.rllib import PlugRLEnvRunner
+    from plugrl_ros.rllib.demo import RLlibDemoTrainer
+
+    class TimedRunner(PlugRLEnvRunner):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.sampled: list[tuple[float, float]] = []
+
+        def sample(self, **kwargs: Any) -> Any:
+            started = _time.monotonic()
+            try:
+                return super().sample(**kwargs)
+            finally:
+                self.sampled.append((started, _time.monotonic()))
+
+    class PPO(RLlibDemoTrainer):
+        def episodes(self) -> list[tuple[int, float, int]]:
+            return [(r.env, r.ret, r.length) for r in self.records()]
+
+        def serving_intervals(self) -> list[tuple[float, float]]:
+            return [] if self.runner is None else list(self.runner.sampled)
+
+    return PPO(lambda: ppo_config(task, TimedRunner), duration_s=24 * 3600.0)
+
+
+# name -> a factory of the trainer for a task
+TRAINERS: dict[str, Callable[[LearningTask], LearningTrainer]] = {"rllib": rllib_trainer, "demo": demo_trainer}
+# env steps per learning run: what each trainer needs to learn the task
+TRAINER_STEPS = {"rllib": 40_000, "demo": 20_000}
+QUICK_STEPS = 1_200  # --quick: enough for one PPO update (train_batch_size_per_learner) in the run
 
 
 # -- one learning run ------------------------------------------------------------------
@@ -96,13 +214,29 @@ class LearningRun:
     episodes: list[tuple[int, float, int]]
     steps: int
     wall_per_step: float  # seconds, from the first episode's end to the last step counted
+    serving_wall_per_step: float  # the same, counting only the time the trainer answered (its updates left out)
     cpu_per_step: float  # CPU seconds of the client's processes over the same steps
+
+
+def bridge_config(env_id: str, copies: int, tmp: Path) -> Path:
+    """The bridge config ``plugrl-gym-robot --print-config`` prints for the env, written to a file."""
+    import subprocess
+
+    from plugrl_ros import executables
+
+    config = tmp / f"gym_{env_id}_{copies}.yaml"
+    if not config.exists():
+        printed = subprocess.run(
+            executables.command("plugrl_ros.gym.robot_node", "--env", env_id, "--copies", str(copies),
+                                "--print-config"),
+            env=common.ros_env(), capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        config.write_text(printed.stdout)
+    return config
 
 
 def client_commands(path: str, env_id: str, uri: str, copies: int, seed: int, tmp: Path) -> list[list[str]]:
     """The processes of one path: the direct client, or the gym robot and the bridge with its printed config."""
-    import subprocess
-
     from plugrl_ros import executables
 
     if path == "direct":
@@ -112,49 +246,72 @@ def client_commands(path: str, env_id: str, uri: str, copies: int, seed: int, tm
                 "--seed", str(seed), "--quiet",
             )
         ]  # fmt: skip
-    options = ["--env", env_id, "--copies", str(copies)]
-    config = tmp / f"gym_{env_id}_{copies}.yaml"
-    printed = subprocess.run(
-        executables.command("plugrl_ros.gym.robot_node", *options, "--print-config"),
-        env=common.ros_env(), capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    config.write_text(printed.stdout)
-    robot = executables.command("plugrl_ros.gym.robot_node", *options, "--seed", str(seed))
+    robot = executables.command(
+        "plugrl_ros.gym.robot_node", "--env", env_id, "--copies", str(copies), "--seed", str(seed)
+    )
     bridge = common.bridge_command(
-        None, "--ros-args", "--params-file", str(config), "-p", f"trainer.uri:={uri}",
+        None, "--ros-args", "--params-file", str(bridge_config(env_id, copies, tmp)), "-p", f"trainer.uri:={uri}",
         "-p", "status.log_period_s:=0.0", "--log-level", "warn",
     )  # fmt: skip
     return [robot, bridge]
 
 
-def learning_run(trainer_name: str, path: str, seed: int, steps: int, tmp: Path) -> LearningRun:
+def learning_task(env_id: str, seed: int, tmp: Path) -> LearningTask:
     from plugrl_ros.gym.copies import GymCopy
+
+    copy = GymCopy(env_id, 0, seed)
+    try:
+        dims = {key.name: key.size for key in copy.keys}
+        return LearningTask(env_id, seed, bridge_config(env_id, 1, tmp), dims, copy.action.width)
+    finally:
+        copy.close()
+
+
+def overlap(intervals: list[tuple[float, float]], start: float, end: float) -> float:
+    """Seconds of ``[start, end]`` inside the intervals (which do not overlap one another)."""
+    return sum(max(0.0, min(b, end) - max(a, start)) for a, b in intervals)
+
+
+def learning_run(trainer_name: str, path: str, seed: int, steps: int, tmp: Path) -> LearningRun:
     from plugrl_ros.tools.serving import TrainerThread
 
-    width = GymCopy(LEARNING_ENV, 0, seed).action.width
-    trainer = TRAINERS[trainer_name](seed, width)
+    trainer = TRAINERS[trainer_name](learning_task(LEARNING_ENV, seed, tmp))
     thread = TrainerThread(trainer, name=f"bench-gym-{trainer_name}")
-    port = thread.start()
+    port = thread.start(300)  # RLlib's algorithm is built first: Ray, torch, the module
+
+    def steps_seen() -> int:
+        if not thread.alive:  # the trainer's run is over before the benchmark ended it: say why
+            thread.result(0)
+            raise RuntimeError(f"the {trainer_name} trainer's run ended by itself")
+        return sum(length for _, _, length in trainer.episodes())
+
     with common.children() as started:
         for command in client_commands(path, LEARNING_ENV, f"ws://127.0.0.1:{port}", 1, seed, tmp):
             started.append(common.Child(command))
-        common.wait_for(lambda: bool(trainer.episodes()), 120, f"the {path} client's first episode")
+        common.wait_for(lambda: steps_seen() > 0, 120, f"the {path} client's first episode")
         meters = [common.ProcessMeter(child.pid) for child in started]
         for meter in meters:
             meter.start()
-        first = sum(length for _, _, length in trainer.episodes())
+        first = steps_seen()
         began = time.monotonic()
-        common.wait_for(lambda: sum(e[2] for e in trainer.episodes()) >= steps, 3600, f"{steps} env steps")
-        wall = time.monotonic() - began
-        cpu = sum(meter.stop()["cpu_percent"] for meter in meters) / 100 * wall
+        common.wait_for(lambda: steps_seen() >= steps, 7200, f"{steps} env steps")
+        ended = time.monotonic()
+        last = steps_seen()
+        cpu = sum(meter.stop()["cpu_percent"] for meter in meters) / 100 * (ended - began)
         for child in started:
             if not child.alive():
                 raise RuntimeError(f"a {path} process exited:\n{child.output()[-3000:]}")
-    thread.end()
-    thread.result(60)
+        steps_seen()
+        thread.end()  # the trainer ends the run (plugrl-server-stop) while the clients are still connected
+        thread.result(120)
     episodes = trainer.episodes()
-    measured = sum(e[2] for e in episodes) - first
-    return LearningRun(path, seed, episodes, sum(e[2] for e in episodes), wall / measured, cpu / measured)
+    measured = last - first
+    wall = ended - began
+    serving = trainer.serving_intervals()
+    served = overlap(serving, began, ended) if serving else wall
+    return LearningRun(
+        path, seed, episodes, sum(e[2] for e in episodes), wall / measured, served / measured, cpu / measured
+    )
 
 
 def returns_at(episodes: list[tuple[int, float, int]], marks: list[int], window: int) -> list[float]:
@@ -172,9 +329,11 @@ def returns_at(episodes: list[tuple[int, float, int]], marks: list[int], window:
     return out
 
 
-def identical_prefix(a: list[tuple[int, float, int]], b: list[tuple[int, float, int]]) -> tuple[bool, int]:
+def first_difference(a: list[tuple[int, float, int]], b: list[tuple[int, float, int]]) -> tuple[int | None, int]:
+    """The index of the first episode in which two runs differ (None: none of the compared ones), and how many
+    episodes were compared (those both runs finished)."""
     n = min(len(a), len(b))
-    return a[:n] == b[:n], n
+    return next((i for i in range(n) if a[i] != b[i]), None), n
 
 
 # -- throughput ---------------------------------------------------------------------
@@ -206,32 +365,49 @@ def throughput_run(path: str, copies: int, seconds: float, warmup: float, tmp: P
 # -- tables and plot ------------------------------------------------------------------
 
 
-def tables(results: dict[str, Any]) -> str:
+def learning_sections(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The learning results, one per trainer (a results file of one trainer holds a single map)."""
     learning = results["learning"]
+    return [learning] if isinstance(learning, dict) else list(learning)
+
+
+def mean_std(values: list[float]) -> str:
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.1f} ± {spread:.1f}"
+
+
+def learning_table(learning: dict[str, Any]) -> str:
     seeds = learning["seeds"]
     lines = [
         f"### Gymnasium through ROS: learning equivalence ({learning['env']}, trainer `{learning['trainer']}`, "
         f"{len(seeds)} seeds, 1 copy, {learning['steps']:,} env steps per run)",
         "",
     ]
-    head = ("env steps", "direct: return (mean ± std)", "through ROS: return (mean ± std)")
+    head = ("env steps", "direct: return (mean ± std)", "through ROS: return (mean ± std)", "ROS - direct")
     body = []
+    returns = learning["returns"]
     for i, mark in enumerate(learning["marks"]):
-        cells = []
-        for path in PATHS:
-            values = [curve[i] for curve in learning["returns"][path]]
-            spread = statistics.stdev(values) if len(values) > 1 else 0.0
-            cells.append(f"{statistics.fmean(values):.1f} ± {spread:.1f}")
-        body.append((f"{mark:,}", *cells))
+        values = {path: [curve[i] for curve in returns[path]] for path in PATHS}
+        gap = statistics.fmean(values["ros"]) - statistics.fmean(values["direct"])
+        body.append((f"{mark:,}", mean_std(values["direct"]), mean_std(values["ros"]), f"{gap:+.1f}"))
+    # each run's curve in one number: its mean over the marks (the area under it)
+    whole = {path: [statistics.fmean(curve) for curve in returns[path]] for path in PATHS}
+    gap = statistics.fmean(whole["ros"]) - statistics.fmean(whole["direct"])
+    body.append(("mean over the marks", mean_std(whole["direct"]), mean_std(whole["ros"]), f"{gap:+.1f}"))
     lines.append(common.md_table(head, body))
-    same = learning["identical"]
+    differences = learning["first_difference"]
+    same = sum(first is None for first, _ in differences)
+    diverged = [
+        f"seed {seed}: episode {first + 1} of {n}" for seed, (first, n) in zip(seeds, differences) if first is not None
+    ]
     lines += [
         "",
-        f"Same episodes, return for return, on both paths: {sum(s for s, _ in same)} of {len(same)} seeds "
-        f"({', '.join(str(n) for _, n in same)} episodes compared).",
+        f"Same episodes, return for return, on both paths: {same} of {len(differences)} seeds "
+        f"({', '.join(str(n) for _, n in differences)} episodes compared)"
+        + (f"; the first that differs: {', '.join(diverged)}." if diverged else "."),
         "",
         common.md_table(
-            ("per env step", "direct", "through ROS", "ROS ÷ direct"),
+            ("per env step (median of the runs)", "direct", "through ROS", "ROS ÷ direct"),
             [
                 (
                     what,
@@ -239,11 +415,25 @@ def tables(results: dict[str, Any]) -> str:
                     f"{learning[key]['ros'] * 1e6:,.0f} µs",
                     common.fmt_ratio(learning[key]["ros"] / learning[key]["direct"]),
                 )
-                for what, key in (("wall-clock", "wall_per_step"), ("client CPU", "cpu_per_step"))
+                for what, key in (
+                    ("wall-clock, the trainer's updates included", "wall_per_step"),
+                    ("wall-clock while the trainer answers", "serving_wall_per_step"),
+                    ("client CPU (direct client; robot + bridge)", "cpu_per_step"),
+                )
+                if key in learning
             ],
         ),
     ]
+    return "\n".join(lines)
+
+
+def tables(results: dict[str, Any]) -> str:
+    lines = []
+    for learning in learning_sections(results):
+        lines += [learning_table(learning), ""]
     rows = results["rows"]
+    if not rows:
+        return "\n".join(lines).rstrip()
     by = {(r["path"], r["copies"]): r for r in rows}
     body = []
     for copies in sorted({r["copies"] for r in rows}):
@@ -261,12 +451,14 @@ def tables(results: dict[str, Any]) -> str:
             )
         )
     lines += [
-        "",
         f"### Gymnasium through ROS: lockstep throughput ({THROUGHPUT_ENV}, chunks of {THROUGHPUT_HORIZON})",
         "",
         common.md_table(THROUGHPUT_HEAD, body),
     ]
     return "\n".join(lines)
+
+
+TRAINER_TITLES = {"rllib": "RLlib PPO", "demo": "the demo trainer"}
 
 
 def plot(results: dict[str, Any], path: Path) -> bool:
@@ -276,22 +468,34 @@ def plot(results: dict[str, Any], path: Path) -> bool:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    learning = results["learning"]
-    marks = np.asarray(learning["marks"])
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, style, width in (("direct", "-", 3.0), ("ros", "--", 1.5)):
-        curves = np.asarray(learning["returns"][name])
-        mean, std = curves.mean(axis=0), curves.std(axis=0, ddof=1 if len(curves) > 1 else 0)
-        label = "direct (in-process client)" if name == "direct" else "through plugrl-gym-robot + bridge"
-        line = ax.plot(marks, mean, style, linewidth=width, label=f"{label}: mean ± std of {len(curves)} seeds")[0]
-        ax.fill_between(marks, mean - std, mean + std, alpha=0.12, color=line.get_color())
-        for curve in curves:
-            ax.plot(marks, curve, style, linewidth=0.6, alpha=0.5, color=line.get_color())
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("episode return (episodes ending in the last tenth)")
-    ax.set_title(f"{learning['env']}, trainer '{learning['trainer']}', same seeds on both paths")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
+    sections = learning_sections(results)
+    if not sections:
+        return False
+    fig, axes = plt.subplots(1, len(sections), figsize=(7 * len(sections), 4.5), squeeze=False)
+    for ax, learning in zip(axes[0], sections):
+        marks = np.asarray(learning["marks"])
+        for name, style, width in (("direct", "-", 3.0), ("ros", "--", 1.5)):
+            curves = np.asarray(learning["returns"][name])
+            mean, std = curves.mean(axis=0), curves.std(axis=0, ddof=1 if len(curves) > 1 else 0)
+            label = "(a) direct (in-process client)" if name == "direct" else "(b) through plugrl-gym-robot + bridge"
+            line = ax.plot(marks, mean, style, linewidth=width, label=f"{label}: mean ± std, {len(curves)} seeds")[0]
+            ax.fill_between(marks, mean - std, mean + std, alpha=0.12, color=line.get_color())
+            for curve in curves:
+                ax.plot(marks, curve, style, linewidth=0.6, alpha=0.5, color=line.get_color())
+        highest = max(max(max(curve) for curve in learning["returns"][name]) for name in PATHS)
+        ax.set_ylim(0.0, 1.1 * highest)  # the band of mean ± std may pass the highest return a seed reached
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("episode return (episodes ending in the last tenth)")
+        trainer = TRAINER_TITLES.get(learning["trainer"], learning["trainer"])
+        ax.set_title(f"{learning['env']}, {trainer}, same seeds on both paths")
+        differences = learning["first_difference"]
+        same = sum(first is None for first, _ in differences)
+        ax.text(
+            0.98, 0.03, f"the very same episodes on both paths: {same} of {len(differences)} seeds",
+            transform=ax.transAxes, ha="right", va="bottom", fontsize=9,
+        )  # fmt: skip
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper left", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -301,47 +505,73 @@ def plot(results: dict[str, Any], path: Path) -> bool:
 # -- main -------------------------------------------------------------------------------
 
 
+def learn(trainer: str, seeds: int, steps: int, tmp: Path) -> dict[str, Any]:
+    """The learning-equivalence runs of one trainer, both paths, interleaved seed by seed."""
+    runs: dict[str, list[LearningRun]] = {path: [] for path in PATHS}
+    for seed in range(seeds):
+        for path in PATHS:  # interleaved: load on the shared cores hits both paths alike
+            run = learning_run(trainer, path, seed, steps, tmp)
+            runs[path].append(run)
+            print(f"{trainer}, seed {seed}, {path}: {len(run.episodes)} episodes, {run.steps} steps", flush=True)
+    window = max(steps // 10, 1)
+    marks = [window * k for k in range(1, 11)]
+
+    def median(key: str) -> dict[str, float]:
+        return {path: statistics.median(getattr(r, key) for r in runs[path]) for path in PATHS}
+
+    return {
+        "env": LEARNING_ENV,
+        "trainer": trainer,
+        "seeds": list(range(seeds)),
+        "steps": steps,
+        "marks": marks,
+        "returns": {path: [returns_at(r.episodes, marks, window) for r in runs[path]] for path in PATHS},
+        "first_difference": [first_difference(a.episodes, b.episodes) for a, b in zip(runs["direct"], runs["ros"])],
+        "wall_per_step": median("wall_per_step"),
+        "serving_wall_per_step": median("serving_wall_per_step"),
+        "cpu_per_step": median("cpu_per_step"),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.standard_arguments(parser, repeat=1)
-    parser.add_argument("--trainer", choices=sorted(TRAINERS), default="demo")
+    parser.add_argument(
+        "--trainer",
+        action="append",
+        choices=sorted(TRAINERS),
+        help="the learning part's trainer; given twice, both in one run (default: rllib)",
+    )
     parser.add_argument("--seeds", type=int, default=3, help="learning runs per path (default %(default)s)")
-    parser.add_argument("--steps", type=int, default=20_000, help="env steps per learning run")
+    parser.add_argument("--steps", type=int, default=0, help="env steps per learning run (default: the trainer's)")
     parser.add_argument("--seconds", type=float, default=8.0, help="throughput window per case")
+    parser.add_argument("--part", choices=("all", "learning", "throughput"), default="all", help="what to run")
     parser.add_argument("--plot", default="", help="also draw the learning curves into this PNG")
     args = parser.parse_args()
+    trainers = list(dict.fromkeys(args.trainer or ["rllib"]))
     if args.quick:
-        args.seeds, args.steps, args.seconds = 1, 600, 2.0
+        args.seeds, args.steps, args.seconds = 1, QUICK_STEPS, 2.0
+    if args.part != "throughput" and "rllib" in trainers and importlib.util.find_spec("ray") is None:
+        parser.error(
+            "the rllib trainer needs the rllib extra (scripts/setup-venv.sh .venv kilted '' gym,rllib); "
+            "--trainer demo runs without it"
+        )
     common.use_own_domain()
     import tempfile
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-gym-"))
-    runs = {path: [] for path in PATHS}
-    for seed in range(args.seeds):
-        for path in PATHS:  # interleaved: load on the shared cores hits both paths alike
-            run = learning_run(args.trainer, path, seed, args.steps, tmp)
-            runs[path].append(run)
-            print(f"seed {seed} {path}: {len(run.episodes)} episodes, {run.steps} steps", flush=True)
-    window = max(args.steps // 10, 1)
-    marks = [window * k for k in range(1, 11)]
-    learning = {
-        "env": LEARNING_ENV,
-        "trainer": args.trainer,
-        "seeds": list(range(args.seeds)),
-        "steps": args.steps,
-        "marks": marks,
-        "returns": {path: [returns_at(r.episodes, marks, window) for r in runs[path]] for path in PATHS},
-        "identical": [identical_prefix(a.episodes, b.episodes) for a, b in zip(runs["direct"], runs["ros"])],
-        "wall_per_step": {path: statistics.median(r.wall_per_step for r in runs[path]) for path in PATHS},
-        "cpu_per_step": {path: statistics.median(r.cpu_per_step for r in runs[path]) for path in PATHS},
-    }
+    learning = []
+    if args.part != "throughput":
+        for trainer in trainers:
+            learning.append(learn(trainer, args.seeds, args.steps or TRAINER_STEPS[trainer], tmp))
     rows = []
-    for copies in COPY_COUNTS[:1] if args.quick else COPY_COUNTS:
-        for path in PATHS:
-            rows.append(throughput_run(path, copies, args.seconds, 1.0 if args.quick else 3.0, tmp))
+    if args.part != "learning":
+        for copies in COPY_COUNTS[:1] if args.quick else COPY_COUNTS:
+            for path in PATHS:
+                rows.append(throughput_run(path, copies, args.seconds, 1.0 if args.quick else 3.0, tmp))
     results = {"learning": learning, "rows": rows}
     print(tables(results))
-    if args.plot:
+    if args.plot and learning:
         plot(results, Path(args.plot))
     common.save_json(args.json, "gym", results)
     return 0

@@ -47,6 +47,9 @@ def run_benchmark(name: str, out: Path, quick: bool) -> Path | None:
     json_path = out / f"{name}.json"
     if name == "codec":
         command += ["--quick"] if quick else []
+    elif name == "gym" and importlib.util.find_spec("ray") is None:
+        print("\n=== gym: learning with the demo trainer; RLlib PPO needs the rllib extra too")
+        command += ["--trainer", "demo", "--json", str(json_path)] + (["--quick"] if quick else [])
     else:
         command += ["--json", str(json_path)] + (["--quick"] if quick else [])
     print(f"\n=== {name}: {' '.join(command[1:])}", flush=True)
