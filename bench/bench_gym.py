@@ -51,9 +51,11 @@ THROUGHPUT_ENV = "Pendulum-v1"
 THROUGHPUT_HORIZON = 4
 COPY_COUNTS = (1, 4, 16)
 PATHS = ("direct", "ros")
+# the throughput part adds the ROS floor: the gym robot stepped by a bare rclpy node (no trainer, no bridge)
+THROUGHPUT_PATHS = ("direct", "ros-floor", "ros")
 THROUGHPUT_HEAD = (
-    "copies", "direct env steps/s", "gym robot + bridge env steps/s", "ROS ÷ direct",
-    "direct CPU µs/step", "robot + bridge CPU µs/step",
+    "copies", "direct env steps/s", "ROS floor env steps/s", "gym robot + bridge env steps/s", "ROS ÷ direct",
+    "bridge ÷ ROS floor", "direct CPU µs/step", "robot + floor CPU µs/step", "robot + bridge CPU µs/step",
 )  # fmt: skip
 
 
@@ -249,6 +251,9 @@ def client_commands(path: str, env_id: str, uri: str, copies: int, seed: int, tm
     robot = executables.command(
         "plugrl_ros.gym.robot_node", "--env", env_id, "--copies", str(copies), "--seed", str(seed)
     )
+    if path == "ros-floor":  # on the bridge's executor
+        return [robot, common.python_script("ros_lockstep_client.py", "--robot", "gym", "--envs", str(copies),
+                                            "--executor", "events")]  # fmt: skip
     bridge = common.bridge_command(
         None, "--ros-args", "--params-file", str(bridge_config(env_id, copies, tmp)), "-p", f"trainer.uri:={uri}",
         "-p", "status.log_period_s:=0.0", "--log-level", "warn",
@@ -345,19 +350,10 @@ def throughput_run(path: str, copies: int, seconds: float, warmup: float, tmp: P
         started.append(trainer)
         clients = [common.Child(c) for c in client_commands(path, THROUGHPUT_ENV, trainer.uri, copies, 0, tmp)]
         started.extend(clients)
-        common.wait_for(lambda: trainer.stats()["steps"] > 2 * copies, 90, f"the {path} client's first steps")
-        time.sleep(warmup)
-        meters = [common.ProcessMeter(c.pid) for c in clients]
-        for meter in meters:
-            meter.start()
-        before = trainer.stats()
-        time.sleep(seconds)
-        after = trainer.stats()
-        cpu_percent = sum(meter.stop()["cpu_percent"] for meter in meters)
-        for client in clients:
-            if not client.alive():
-                raise RuntimeError(f"the {path} client exited:\n{client.output()[-3000:]}")
-    wire = common.difference(after, before)
+        # the ROS floor has no trainer: its client counts its own steps
+        counter = (lambda: common.last_json_line(clients[-1])) if path == "ros-floor" else trainer.stats
+        wire, processes = common.measure_steps(counter, clients, 2 * copies, seconds, warmup, path)
+    cpu_percent = sum(p["cpu_percent"] for p in processes)
     rate = wire["steps"] / wire["t"]
     return {"path": path, "copies": copies, "steps_per_s": rate, "cpu_us_per_step": cpu_percent / 100 / rate * 1e6}
 
@@ -440,13 +436,17 @@ def tables(results: dict[str, Any]) -> str:
         direct, ros = by.get(("direct", copies)), by.get(("ros", copies))
         if direct is None or ros is None:
             continue
+        floor = by.get(("ros-floor", copies))  # absent from results saved before the floor was measured
         body.append(
             (
                 copies,
                 f"{direct['steps_per_s']:,.0f}",
+                f"{floor['steps_per_s']:,.0f}" if floor else "-",
                 f"{ros['steps_per_s']:,.0f}",
                 common.fmt_ratio(ros["steps_per_s"] / direct["steps_per_s"]),
+                common.fmt_ratio(ros["steps_per_s"] / floor["steps_per_s"]) if floor else "-",
                 common.fmt_us(direct["cpu_us_per_step"] * 1e-6),
+                common.fmt_us(floor["cpu_us_per_step"] * 1e-6) if floor else "-",
                 common.fmt_us(ros["cpu_us_per_step"] * 1e-6),
             )
         )
@@ -567,7 +567,7 @@ def main() -> int:
     rows = []
     if args.part != "learning":
         for copies in COPY_COUNTS[:1] if args.quick else COPY_COUNTS:
-            for path in PATHS:
+            for path in THROUGHPUT_PATHS:
                 rows.append(throughput_run(path, copies, args.seconds, 1.0 if args.quick else 3.0, tmp))
     results = {"learning": learning, "rows": rows}
     print(tables(results))

@@ -27,9 +27,7 @@ and probe robot processes.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -78,20 +76,8 @@ def run_one(kind: str, n: int, reuse: bool, seconds: float, warmup: float) -> di
         clients = [common.Child(command, env) for command in client_children(kind, trainer.uri, n, reuse)]
         started.extend(clients)
         # the ROS floor has no trainer: its client counts its own steps
-        counter = (lambda: _client_stats(clients[-1])) if kind.startswith("ros-floor") else trainer.stats
-        common.wait_for(lambda: counter()["steps"] > 2 * n, 60.0, f"the {kind} client's first steps")
-        time.sleep(warmup)
-        meters = [common.ProcessMeter(c.pid) for c in clients]
-        for meter in meters:
-            meter.start()
-        before = counter()
-        time.sleep(seconds)
-        after = counter()
-        processes = [meter.stop() for meter in meters]
-        for client in clients:
-            if not client.alive():
-                raise RuntimeError(f"the {kind} client exited:\n" + client.output()[-3000:])
-    wire = common.difference(after, before)
+        counter = (lambda: common.last_json_line(clients[-1])) if kind.startswith("ros-floor") else trainer.stats
+        wire, processes = common.measure_steps(counter, clients, 2 * n, seconds, warmup, kind)
     steps = wire["steps"]
     return {
         "kind": kind,
@@ -104,13 +90,6 @@ def run_one(kind: str, n: int, reuse: bool, seconds: float, warmup: float) -> di
         "process": processes[-1],
         "cpu_percent_all": sum(p["cpu_percent"] for p in processes),
     }
-
-
-def _client_stats(child: common.Child) -> dict[str, float]:
-    for line in reversed(child.output().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"t": time.monotonic(), "steps": 0}
 
 
 def tables(results: dict[str, Any]) -> str:

@@ -181,6 +181,14 @@ def bridge_command(tree: Path | None, *args: str) -> list[str]:
     return python_module(f"plugrl_ros.{module}.bridge_main", *args)
 
 
+def last_json_line(child: Child) -> dict[str, float]:
+    """The counters a child (ros_lockstep_client.py) printed last, as one JSON line; none yet: zero steps."""
+    for line in reversed(child.output().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"t": time.monotonic(), "steps": 0}
+
+
 def python_script(name: str, *args: str) -> list[str]:
     return [sys.executable, str(ROOT / "bench" / name), *args]
 
@@ -227,6 +235,33 @@ class ProcessMeter:
             "faults_per_s": (faults1 - faults0) / elapsed,
             "threads": float(self._proc.num_threads()),
         }
+
+
+def measure_steps(
+    counter: Callable[[], dict[str, float]],
+    clients: Sequence[Child],
+    first: int,
+    seconds: float,
+    warmup: float,
+    what: str,
+    timeout: float = 90.0,
+) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """Running clients over a window: after their ``first`` steps and ``warmup`` seconds, the difference of
+    ``counter`` (cumulative counters with ``t``) over ``seconds``, and each client's ProcessMeter figures.
+    A client that exited on the way is an error."""
+    wait_for(lambda: counter()["steps"] > first, timeout, f"the {what} client's first steps")
+    time.sleep(warmup)
+    meters = [ProcessMeter(c.pid) for c in clients]
+    for meter in meters:
+        meter.start()
+    before = counter()
+    time.sleep(seconds)
+    after = counter()
+    processes = [meter.stop() for meter in meters]
+    for client in clients:
+        if not client.alive():
+            raise RuntimeError(f"the {what} client exited:\n{client.output()[-3000:]}")
+    return difference(after, before), processes
 
 
 def _minor_faults(pid: int) -> int:

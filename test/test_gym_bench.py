@@ -18,11 +18,14 @@ def test_the_gym_benchmark_prints_its_tables_and_its_report_section(tmp_path):
     results = tmp_path / "gym.json"
     out = run("bench_gym.py", "--quick", "--trainer", "demo", "--json", str(results), timeout=240)
     assert "| env steps | direct: return (mean ± std) | through ROS: return (mean ± std) |" in out
-    assert "| copies | direct env steps/s | gym robot + bridge env steps/s | ROS ÷ direct |" in out
+    assert "| copies | direct env steps/s | ROS floor env steps/s | gym robot + bridge env steps/s |" in out
     # one copy and a deterministic trainer: the very same episodes on both paths
     assert "Same episodes, return for return, on both paths: 1 of 1 seeds" in out
     saved = json.loads(results.read_text())
-    assert saved["benchmark"] == "gym" and saved["rows"]
+    assert saved["benchmark"] == "gym"
+    # the three paths of the throughput part, each of which stepped
+    assert sorted(r["path"] for r in saved["rows"]) == ["direct", "ros", "ros-floor"]
+    assert all(r["steps_per_s"] > 0 for r in saved["rows"])
     run("run_all.py", "--report-only", "--out", str(tmp_path))
     assert "### Gymnasium through ROS: learning equivalence" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "gym.png").stat().st_size > 10_000
