@@ -25,6 +25,7 @@ the observation of the step before).
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections import defaultdict
 from pathlib import Path
@@ -44,14 +45,23 @@ from plugrl_ros.record.export import EpisodeAssembler, iter_episodes
 pytestmark = [pytest.mark.gym, pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow, pytest.mark.timeout(240)]
 
 SEED = 11
-STATE = "observation"
+# a team's own env (a Dict observation: one state per key), named module:ID; the children import it from here
+TEAM_ENV = "gym_team_envs:PlugrlTeamDict-v0"
+HERE = Path(__file__).resolve().parent
+
+
+def child_env() -> dict[str, str]:
+    """A child's environment, with this folder on its path (where the team env's module is)."""
+    env = ros_env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def generated_config(tmp_path: Path, env_id: str, copies: int) -> Path:
     """The bridge's params file exactly as ``plugrl-gym-robot --print-config`` prints it."""
     printed = subprocess.run(
         python_module("plugrl_ros.gym.robot_node", "--env", env_id, "--copies", str(copies), "--print-config"),
-        env=ros_env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         check=True,
@@ -64,6 +74,17 @@ def generated_config(tmp_path: Path, env_id: str, copies: int) -> Path:
 
 def bits(values: np.ndarray) -> bytes:
     return np.ascontiguousarray(values, dtype=np.float64).tobytes()
+
+
+def state_bits(states: dict, row: int | None = None) -> dict[str, bytes]:
+    """Every state of an observation (one per key of a Dict env) as float64 bytes; ``row``: of a batch."""
+    return {name: bits(values if row is None else values[row]) for name, values in states.items()}
+
+
+def recorded_bits(arrays: dict, prefix: str, index: int) -> dict[str, bytes]:
+    """The states of a recorded episode's ``observations`` or ``next_observations`` at ``index``."""
+    start = f"{prefix}/states/"
+    return {key.removeprefix(start): bits(values[index]) for key, values in arrays.items() if key.startswith(start)}
 
 
 class Run:
@@ -95,7 +116,7 @@ class Run:
                 *("--ros-args", "--params-file", str(config)),
                 *("-p", f"trainer.uri:={trainer.uri}", "-p", f"record.path:={record}"),
             )
-            with shown(Child(robot), "gym robot"), shown(Child(bridge), "bridge") as bridge_child:
+            with shown(Child(robot, child_env()), "gym robot"), shown(Child(bridge), "bridge") as bridge_child:
                 trainer.wait_for(
                     lambda records: sum(m["message_type"] == "feedback" for _, m in records) >= feedbacks,
                     150,
@@ -126,8 +147,8 @@ def check_what_the_trainer_received(run: Run) -> int:
             if ended:
                 copy.reset()
                 assert int(infer["step_ids"][i_row]) == 0
-            observed = infer["data"]["states"][STATE][i_row]
-            assert bits(observed) == bits(copy.states()[STATE]), f"env {env}: infer observation differs"
+            observed = state_bits(infer["data"]["states"], i_row)
+            assert observed == state_bits(copy.states()), f"env {env}: infer observation differs"
             reward = 0.0
             for k in range(run.horizon):
                 result = copy.step(copy.action.clip(chunk[k]))
@@ -137,7 +158,7 @@ def check_what_the_trainer_received(run: Run) -> int:
                     break
             data = feedback["data"]
             # the terminal observation, before any reset
-            assert bits(data["obs"]["states"][STATE][f_row]) == bits(copy.states()[STATE]), f"env {env}: feedback obs"
+            assert state_bits(data["obs"]["states"], f_row) == state_bits(copy.states()), f"env {env}: feedback obs"
             assert data["rewards"][f_row] == np.float32(reward), f"env {env}: chunk reward"
             assert bool(data["terminated"][f_row]) == result.terminated
             assert bool(data["truncated"][f_row]) == result.truncated
@@ -158,11 +179,10 @@ def check_the_recording(run: Run) -> tuple[int, dict[str, int]]:
         a, env, copy = episode.arrays, episode.env, copies[episode.env]
         assert episode.index == copy.episodes and bool(a["complete"]), "every episode, in order, none cut"
         copy.reset()
-        observations, next_observations = a[f"observations/states/{STATE}"], a[f"next_observations/states/{STATE}"]
-        assert bits(observations[0]) == bits(copy.states()[STATE])
+        assert recorded_bits(a, "observations", 0) == state_bits(copy.states())
         t = 0
         for c, chunk in enumerate(a["actions"]):
-            assert bits(observations[c]) == bits(copy.states()[STATE]), f"env {env} chunk {c}: observation"
+            assert recorded_bits(a, "observations", c) == state_bits(copy.states()), f"env {env} chunk {c}: observation"
             chunk_reward = 0.0
             for k in range(int(a["chunk_steps"][c])):
                 command = a["commanded/actions.action"][t]
@@ -174,10 +194,11 @@ def check_the_recording(run: Run) -> tuple[int, dict[str, int]]:
                 assert bool(a["step_truncated"][t]) == result.truncated, f"env {env} step {t}: truncated"
                 chunk_reward += result.reward
                 t += 1
-            assert bits(next_observations[c]) == bits(copy.states()[STATE]), f"env {env} chunk {c}: fed back obs"
+            fed_back = recorded_bits(a, "next_observations", c)
+            assert fed_back == state_bits(copy.states()), f"env {env} chunk {c}: fed back obs"
             assert np.float32(a["rewards"][c]) == np.float32(chunk_reward)
         assert copy.over and t == int(a["episode_length"]) == copy.steps
-        assert bits(observations[-1]) == bits(copy.states()[STATE]), "the terminal observation"
+        assert recorded_bits(a, "observations", -1) == state_bits(copy.states()), "the terminal observation"
         ends["terminated" if bool(a["terminated"][-1]) else "truncated"] += 1
         steps += t
     return steps, ends
@@ -194,6 +215,9 @@ def check_the_recording(run: Run) -> tuple[int, dict[str, int]]:
         # MuJoCo with a 50-step limit (50 % 4 != 0), one step per chunk on one copy, chunks of 4 on the other
         ("Reacher-v5", 2, 4, 90, ("truncated",)),
         ("Reacher-v5", 1, 1, 160, ("truncated",)),
+        # a team's own env from its module (module:ID): a Dict observation (float64, float32 and Discrete states),
+        # episodes ending both ways
+        (TEAM_ENV, 2, 3, 90, ("terminated", "truncated")),
     ],
 )
 def test_the_trainer_receives_exactly_the_transitions_of_the_env_stepped_directly(

@@ -113,7 +113,7 @@ def test_a_discrete_action_is_rounded_to_the_nearest_allowed_value_and_an_ended_
         assert len(terminated) == sent
 
 
-def test_an_unknown_env_or_a_bad_camera_size_fails_at_startup_with_the_reason():
+def test_an_unknown_env_or_module_or_a_bad_camera_size_fails_at_startup_with_the_reason():
     failed = subprocess.run(
         python_module(ROBOT, "--env", "NoSuchEnv-v0"),
         env=ros_env(),
@@ -123,6 +123,13 @@ def test_an_unknown_env_or_a_bad_camera_size_fails_at_startup_with_the_reason():
         check=False,
     )
     assert failed.returncode == 2 and "NoSuchEnv-v0" in failed.stderr and "doesn't exist" in failed.stderr
+    # a team's env named module:ID whose module is not there
+    failed = subprocess.run(
+        python_module(ROBOT, "--env", "no_such_robots.envs:Arm-v0"), env=ros_env(), capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert failed.returncode == 2, failed.stderr
+    assert "the module 'no_such_robots.envs' that should register Arm-v0 cannot be imported" in failed.stderr
     failed = subprocess.run(
         python_module(ROBOT, "--env", "Pendulum-v1", "--camera", "64"),
         env=ros_env(),

@@ -11,6 +11,7 @@ one conversion of :mod:`plugrl_ros.gym.spaces`.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -52,11 +53,26 @@ def episode_seed(seed: int, copy: int, episode: int) -> int:
     return int(np.random.SeedSequence([seed, copy, episode]).generate_state(1)[0])
 
 
-def _is_mujoco(env_id: str) -> bool:
+def env_spec(env_id: str) -> Any:
+    """The registered spec of ``env_id``; ``module:ID`` imports ``module`` first (it registers the env), as
+    ``gymnasium.make`` does: how a team's own envs are named."""
     import gymnasium
 
-    entry = gymnasium.spec(env_id).entry_point
-    return isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco")
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise EnvUnavailable(f"{env_id}: the module {module!r} that should register {name} cannot be imported: "
+                                 f"{exc}") from None  # fmt: skip
+    try:
+        return gymnasium.spec(name)
+    except gymnasium.error.Error as exc:
+        raise EnvUnavailable(f"{env_id}: {exc}") from None
+
+
+def _is_mujoco(spec: Any) -> bool:
+    return isinstance(spec.entry_point, str) and spec.entry_point.startswith("gymnasium.envs.mujoco")
 
 
 def make_env(env_id: str, camera: Camera | None = None) -> Any:
@@ -68,14 +84,11 @@ def make_env(env_id: str, camera: Camera | None = None) -> Any:
     """
     import gymnasium
 
-    try:
-        spec = gymnasium.spec(env_id)
-    except gymnasium.error.Error as exc:
-        raise EnvUnavailable(f"{env_id}: {exc}") from None
+    spec = env_spec(env_id)
     kwargs: dict[str, Any] = {}
     if camera is not None:
         kwargs["render_mode"] = "rgb_array"
-        if _is_mujoco(env_id):
+        if _is_mujoco(spec):
             # before mujoco is imported: without a display, GLFW (its default) cannot make a context
             os.environ.setdefault("MUJOCO_GL", "egl")
             kwargs.update(width=camera.width, height=camera.height)
@@ -102,7 +115,7 @@ def check_camera(env_id: str, camera: Camera) -> None:
         hint = (
             f" (MUJOCO_GL={os.environ.get('MUJOCO_GL', '')}: headless rendering needs libEGL and Mesa's drivers, "
             "e.g. apt install libegl1 libgl1-mesa-dri, or MUJOCO_GL=osmesa with libosmesa6)"
-            if _is_mujoco(env_id)
+            if _is_mujoco(env_spec(env_id))
             else ""
         )
         raise EnvUnavailable(
