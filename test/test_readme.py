@@ -71,18 +71,31 @@ EXERCISED = {
     "pip install 'plugrl_ros[gym]'": DEPENDENCIES,
     "ros2 run plugrl_ros gym_robot": "not here: ros2cli is not on PyPI; gym_robot is plugrl-gym-robot's entry point",
     'scripts/setup-venv.sh .venv kilted "" rllib': "mirror: .ci/run (the rllib stage builds its venv this way)",
+    # the gym benchmark's direct path; its learning run with RLlib PPO, short (the demo trainer's test draws the plot)
+    "python -m plugrl_ros.gym.direct": (
+        "mirror: test_gym_bench.py::test_the_gym_benchmark_prints_its_tables_and_its_report_section"
+    ),
+    "OMP_NUM_THREADS=1 python bench/bench_gym.py --trainer rllib --trainer demo": (
+        "mirror: test_gym_bench.py::test_rllib_ppo_learns_from_the_very_same_episodes_on_both_paths"
+    ),
     "plugrl-demo --trainer rllib": (
         "mirror: test_rllib_bridge.py::test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge"
     ),
 }
 
-_COMMAND_WORDS = ("scripts/", "plugrl-", "ros2 ", "colcon ", "rosdep ", "pip ", "git ", "mkdir ", "cd ", "source ")
+_COMMAND_WORDS = (
+    "scripts/", "plugrl-", "ros2 ", "colcon ", "rosdep ", "pip ", "git ", "mkdir ", "cd ", "source ", "python ",
+    "OMP_NUM_THREADS=",
+)  # fmt: skip
 
 
 def readme_commands() -> list[str]:
     """Commands in fenced shell blocks and in inline code that starts with a command word."""
     commands = []
-    for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", README, flags=re.S):
+    # every fence, whatever its language (so that a yaml or python block's fences never pair with another's)
+    for language, block in re.findall(r"^```(\w*)\n(.*?)^```", README, flags=re.S | re.M):
+        if language not in ("", "bash", "sh"):
+            continue
         for line in block.splitlines():
             line = line.split("#")[0].strip() if not line.lstrip().startswith("#") else ""
             if line.startswith(_COMMAND_WORDS):
