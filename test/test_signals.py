@@ -254,3 +254,35 @@ def test_a_signal_while_an_executable_imports_ends_it_with_0_before_it_starts(tm
     assert f"two SIGINTs while importing {trigger}" in output, output
     assert_clean(code, output)
     assert "env(s)" not in output and "listening on" not in output, f"it went on to start:\n{output}"
+
+
+def _demo_stop(command: list[str], tmp_path: Path) -> int:
+    from plugrl_ros.demo.runner import _Child
+
+    child = _Child("child", command, tmp_path / "child.log")
+    time.sleep(0.5)
+    return child.stop(timeout=10)
+
+
+def _probe_stop(command: list[str], tmp_path: Path) -> int:
+    import subprocess
+
+    from plugrl_ros.tools.probe_deployment import _stop
+
+    del tmp_path
+    process = subprocess.Popen(command, start_new_session=True)
+    time.sleep(0.5)
+    return _stop(process)
+
+
+@pytest.mark.parametrize("stop", [_demo_stop, _probe_stop], ids=["plugrl-demo", "plugrl-probe"])
+def test_a_child_stopped_before_its_handler_exists_counts_as_stopped_and_a_failed_one_as_failed(tmp_path, stop):
+    # A child still in Python's start-up, before its handlers: a SIGINT there raises KeyboardInterrupt inside the
+    # interpreter's initialisation, which exits 1 ("Fatal Python error: init_sys_streams", as CI saw the demo's
+    # robot end), while SIGTERM still has its default action. That moment cannot be hit at will; this child
+    # behaves as Python does in it (SIGINT ends it with 1, SIGTERM is untouched). The demo and the probe stop
+    # their children with SIGTERM, which the children's handlers take as Ctrl-C and which ends this one at once.
+    starting = "import signal, sys, time; signal.signal(signal.SIGINT, lambda *_: sys.exit(1)); time.sleep(30)"
+    assert stop([sys.executable, "-c", starting], tmp_path) == 0
+    # a child that failed on its own is still reported with its status
+    assert stop([sys.executable, "-c", "import sys; sys.exit(3)"], tmp_path) == 3

@@ -343,7 +343,10 @@ def robot_command(args: argparse.Namespace) -> list[str]:
 
 
 class _Child:
-    """A ROS process whose output goes to a log file; stopped with SIGINT (DDS leaves shm files after -9)."""
+    """A ROS process whose output goes to a log file; stopped with SIGTERM (never -9: DDS leaves shared-memory
+    files behind). Its handler takes SIGTERM as it takes Ctrl-C; before the handler exists (a child stopped in
+    its first milliseconds, in Python's own start-up), SIGTERM ends it at once with no output, where SIGINT
+    would raise KeyboardInterrupt inside the interpreter's initialisation and exit 1 as if it had failed."""
 
     def __init__(self, name: str, command: list[str], log_path: Path) -> None:
         self.name = name
@@ -361,20 +364,16 @@ class _Child:
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         interrupted = False
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.terminate()
             interrupted = True
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.terminate()
-                try:
-                    self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
+                self.proc.kill()
         code = self.proc.wait()
         self._log.close()
-        # stopped in its first milliseconds, before Python had run a line of it: our SIGINT ended it, not a fault
-        return 0 if interrupted and code == -signal.SIGINT else code
+        # stopped before its handler existed: our SIGTERM ended it, not a fault
+        return 0 if interrupted and code == -signal.SIGTERM else code
 
 
 class Progress:

@@ -97,9 +97,13 @@ class TrainerMetadata:
 
 
 def _stop(process: subprocess.Popen) -> int:
-    """SIGINT (never -9: DDS leaves shared-memory files behind), then SIGTERM, then kill; its exit status."""
+    """SIGTERM (never -9 first: DDS leaves shared-memory files behind), then kill; its exit status.
+
+    The handler takes SIGTERM as it takes Ctrl-C. Before the handler exists (a process stopped in
+    Python's own start-up) SIGTERM ends it at once, where SIGINT would raise KeyboardInterrupt inside
+    the interpreter's initialisation and exit 1 as if it had failed."""
     interrupted = process.poll() is None
-    for send in (lambda: process.send_signal(signal.SIGINT), process.terminate, process.kill):
+    for send in (process.terminate, process.kill):
         if process.poll() is not None:
             break
         send()
@@ -108,8 +112,8 @@ def _stop(process: subprocess.Popen) -> int:
         except subprocess.TimeoutExpired:
             continue
     code = process.wait()
-    # stopped in its first milliseconds, before Python had run a line of it: our SIGINT ended it, not a fault
-    return 0 if interrupted and code == -signal.SIGINT else code
+    # stopped before its handler existed: our SIGTERM ended it, not a fault
+    return 0 if interrupted and code == -signal.SIGTERM else code
 
 
 def run_deployment(args: argparse.Namespace, client: ClientSettings) -> int:
