@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported by every executable before anything else: keep it light
     import asyncio
+    import subprocess
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -96,3 +97,27 @@ def calling_in_loop(loop: asyncio.AbstractEventLoop, callback: Callable[[], obje
 
     with waking(wake):
         yield
+
+
+def stop_child(process: subprocess.Popen, timeout: float) -> int:
+    """Stop a child process of the package as a Ctrl-C stops it; its exit status (0 where our signal ended it).
+
+    SIGTERM, then, after ``timeout``, kill (never -9 first: DDS leaves
+    shared-memory files behind). The child's handlers (:func:`install`) take
+    SIGTERM as they take Ctrl-C. Before they exist (a child stopped in Python's
+    own start-up) SIGTERM ends it at once, where SIGINT would raise
+    KeyboardInterrupt inside the interpreter's initialisation and exit 1 as if
+    it had failed.
+    """
+    import subprocess
+
+    if process.poll() is not None:
+        return process.returncode
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    code = process.wait()
+    # stopped before its handlers existed: our SIGTERM ended it, not a fault
+    return 0 if code == -signal.SIGTERM else code

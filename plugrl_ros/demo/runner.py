@@ -21,7 +21,6 @@ import argparse
 import logging
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -343,10 +342,7 @@ def robot_command(args: argparse.Namespace) -> list[str]:
 
 
 class _Child:
-    """A ROS process whose output goes to a log file; stopped with SIGTERM (never -9: DDS leaves shared-memory
-    files behind). Its handler takes SIGTERM as it takes Ctrl-C; before the handler exists (a child stopped in
-    its first milliseconds, in Python's own start-up), SIGTERM ends it at once with no output, where SIGINT
-    would raise KeyboardInterrupt inside the interpreter's initialisation and exit 1 as if it had failed."""
+    """A ROS process whose output goes to a log file; stopped as a Ctrl-C stops it (stop_request.stop_child)."""
 
     def __init__(self, name: str, command: list[str], log_path: Path) -> None:
         self.name = name
@@ -362,18 +358,9 @@ class _Child:
         return self.proc.poll()
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
-        interrupted = False
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            interrupted = True
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        code = self.proc.wait()
+        code = stop_request.stop_child(self.proc, timeout)
         self._log.close()
-        # stopped before its handler existed: our SIGTERM ended it, not a fault
-        return 0 if interrupted and code == -signal.SIGTERM else code
+        return code
 
 
 class Progress:

@@ -97,23 +97,8 @@ class TrainerMetadata:
 
 
 def _stop(process: subprocess.Popen) -> int:
-    """SIGTERM (never -9 first: DDS leaves shared-memory files behind), then kill; its exit status.
-
-    The handler takes SIGTERM as it takes Ctrl-C. Before the handler exists (a process stopped in
-    Python's own start-up) SIGTERM ends it at once, where SIGINT would raise KeyboardInterrupt inside
-    the interpreter's initialisation and exit 1 as if it had failed."""
-    interrupted = process.poll() is None
-    for send in (process.terminate, process.kill):
-        if process.poll() is not None:
-            break
-        send()
-        try:
-            process.wait(_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            continue
-    code = process.wait()
-    # stopped before its handler existed: our SIGTERM ended it, not a fault
-    return 0 if interrupted and code == -signal.SIGTERM else code
+    """Stop a child as a Ctrl-C stops it (stop_request.stop_child); its exit status."""
+    return stop_request.stop_child(process, _STOP_TIMEOUT_S)
 
 
 def run_deployment(args: argparse.Namespace, client: ClientSettings) -> int:
