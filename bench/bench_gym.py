@@ -138,11 +138,8 @@ SAMPLE_WAIT_S = 300.0
 
 def ppo_config(task: LearningTask, serving_runner: type) -> Any:
     """RLlib PPO with a PlugRL runner as its only EnvRunner, the spaces read from the bridge config."""
-    from ray.rllib.algorithms.ppo import PPOConfig
-    from ray.rllib.connectors.env_to_module import FlattenObservations, MeanStdFilter
-    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
-
     from plugrl_ros.rllib import RunnerSettings, chunk_gamma, robot_spaces
+    from plugrl_ros.rllib.demo import local_ppo
 
     spaces = robot_spaces(task.params_file, horizon=PPO_HORIZON, state_dims=task.state_dims)
     # Every sample() waits for its whole batch (sample_wait_s, far above the ~10 s a batch takes through ROS on
@@ -150,23 +147,10 @@ def ppo_config(task: LearningTask, serving_runner: type) -> Any:
     # the updates, and all that follows, would depend on how fast the path steps.
     runner = RunnerSettings(host="127.0.0.1", port=0, horizon=PPO_HORIZON, sample_wait_s=SAMPLE_WAIT_S)
     training = {**PPO_SETTINGS, "gamma": chunk_gamma(PPO_SETTINGS["gamma"], PPO_HORIZON)}
-    return (
-        PPOConfig()
-        .environment(
-            observation_space=spaces.observation_space,
-            action_space=spaces.action_space,
-            env_config=runner.env_config(),
-        )
-        .env_runners(
-            env_runner_cls=serving_runner,
-            num_env_runners=0,
-            sample_timeout_s=2 * SAMPLE_WAIT_S,
-            env_to_module_connector=lambda env, spaces, device: [FlattenObservations(), MeanStdFilter()],
-        )
-        .training(**training)
-        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=PPO_HIDDEN))
-        .debugging(seed=task.seed)
-    )
+    return local_ppo(
+        spaces, runner, training=training, hidden=PPO_HIDDEN, seed=task.seed, sample_timeout_s=2 * SAMPLE_WAIT_S,
+        runner_cls=serving_runner,
+    )  # fmt: skip
 
 
 def rllib_trainer(task: LearningTask) -> LearningTrainer:

@@ -115,7 +115,7 @@ def check_camera(env_id: str, camera: Camera) -> None:
         hint = (
             f" (MUJOCO_GL={os.environ.get('MUJOCO_GL', '')}: headless rendering needs libEGL and Mesa's drivers, "
             "e.g. apt install libegl1 libgl1-mesa-dri, or MUJOCO_GL=osmesa with libosmesa6)"
-            if _is_mujoco(env_spec(env_id))
+            if _is_mujoco(env.spec)
             else ""
         )
         raise EnvUnavailable(

@@ -31,17 +31,26 @@ TRAIN_BATCH = 1000  # RL steps per iteration
 _END_POLL_S = 0.5
 
 
-def demo_config(params_file: str | Path, *, port: int, seed: int = 0, host: str = "127.0.0.1") -> Any:
-    """The PPO config that trains the demo reachers: the example of README's "Training with RLlib"."""
+def local_ppo(
+    spaces: Any,
+    runner: Any,
+    *,
+    training: dict[str, Any],
+    hidden: list[int],
+    seed: int,
+    sample_timeout_s: float,
+    runner_cls: type | None = None,
+) -> Any:
+    """RLlib PPO whose one EnvRunner is a PlugRL runner in this process (``runner_cls``, by default
+    :class:`PlugRLEnvRunner`, with the ``RunnerSettings`` ``runner``), for the robots ``spaces``
+    (:func:`robot_spaces`) describe: flattened observations through a ``MeanStdFilter``, PPO's ``training``
+    settings, an MLP of ``hidden`` layers."""
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.connectors.env_to_module import FlattenObservations, MeanStdFilter
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    from plugrl_ros.rllib import PlugRLEnvRunner, RunnerSettings, chunk_gamma, robot_spaces
+    from plugrl_ros.rllib import PlugRLEnvRunner
 
-    # the policy reads the states; the bridge also sends the camera, which the runner ignores
-    spaces = robot_spaces(params_file, horizon=HORIZON, images=[], state_dims={"target": 4})
-    runner = RunnerSettings(host=host, port=port, horizon=HORIZON, sample_wait_s=10.0)
     return (
         PPOConfig()
         .environment(
@@ -50,23 +59,34 @@ def demo_config(params_file: str | Path, *, port: int, seed: int = 0, host: str 
             env_config=runner.env_config(),
         )
         .env_runners(
-            env_runner_cls=PlugRLEnvRunner,
+            env_runner_cls=runner_cls or PlugRLEnvRunner,
             num_env_runners=0,
-            sample_timeout_s=30.0,
+            sample_timeout_s=sample_timeout_s,
             env_to_module_connector=lambda env, spaces, device: [FlattenObservations(), MeanStdFilter()],
         )
-        .training(
-            gamma=chunk_gamma(0.9, HORIZON),
-            lambda_=0.95,
-            lr=2e-3,
-            train_batch_size_per_learner=TRAIN_BATCH,
-            minibatch_size=250,
-            num_epochs=15,
-            vf_clip_param=100.0,
-        )
-        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[32, 32]))
+        .training(**training)
+        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=hidden))
         .debugging(seed=seed)
     )
+
+
+def demo_config(params_file: str | Path, *, port: int, seed: int = 0, host: str = "127.0.0.1") -> Any:
+    """The PPO config that trains the demo reachers: the example of README's "Training with RLlib"."""
+    from plugrl_ros.rllib import RunnerSettings, chunk_gamma, robot_spaces
+
+    # the policy reads the states; the bridge also sends the camera, which the runner ignores
+    spaces = robot_spaces(params_file, horizon=HORIZON, images=[], state_dims={"target": 4})
+    runner = RunnerSettings(host=host, port=port, horizon=HORIZON, sample_wait_s=10.0)
+    training = {
+        "gamma": chunk_gamma(0.9, HORIZON),
+        "lambda_": 0.95,
+        "lr": 2e-3,
+        "train_batch_size_per_learner": TRAIN_BATCH,
+        "minibatch_size": 250,
+        "num_epochs": 15,
+        "vf_clip_param": 100.0,
+    }
+    return local_ppo(spaces, runner, training=training, hidden=[32, 32], seed=seed, sample_timeout_s=30.0)
 
 
 class RLlibDemoTrainer:
