@@ -475,8 +475,11 @@ def first_diag(
         return wait_until(lambda: next(((t, m) for t, m in inbox.timed(since) if predicate(m)), None), timeout, what)
     except AssertionError as exc:
         received = inbox.msgs(since)
-        last = {name: status[:2] for name, status in statuses(received[-1]).items()} if received else "none received"
-        raise AssertionError(f"{exc}; {len(received)} /diagnostics messages, the last: {last}") from None
+        last = statuses(received[-1]) if received else {}
+        said = {name: status[:2] for name, status in last.items()} if received else "none received"
+        troubled = {name: status[2] for name, status in last.items() if status[0] != 0}
+        details = f"; what its troubled entries hold: {troubled}" if troubled else ""
+        raise AssertionError(f"{exc}; {len(received)} /diagnostics messages, the last: {said}{details}") from None
 
 
 OK, WARN = 0, 1

@@ -129,7 +129,8 @@ class EnvIO:
         self._shapes = shapes
         self._on_input = on_input
         self._lockstep = config.control.mode == "lockstep"
-        self.problem = ""  # why the env cannot observe right now, for diagnostics
+        # Why the last observation did not convert, until one does (staleness is not kept: see stale_sources).
+        self.conversion_problem = ""
         # The outcome of the step in flight could not be observed (stale, or a conversion failed):
         # once it can be, the chunk is cut (the rest of it was planned for an old state).
         self.interrupted = False
@@ -358,7 +359,8 @@ class EnvIO:
         return unmatched
 
     def observe(self, now_ns: int, starting: bool = False) -> ObservationRow | None:
-        """The current observation, or None (and :attr:`problem` says why) if it is not fresh.
+        """The current observation, or None if it is not fresh (:meth:`stale_sources` says why, whenever asked)
+        or does not convert (:attr:`conversion_problem` says why, until one does).
 
         ``starting``: a chunk (or a policy request) would start from it. Then it is also None while an
         actuator has no subscriber: the chunk's steps would reach no robot while the trainer (or the
@@ -366,18 +368,18 @@ class EnvIO:
         """
         if starting and self._unheard():
             return None
-        stale = self.stale_sources(now_ns)
-        if stale:
-            self.problem = "stale: " + ", ".join(stale)
+        if self.stale_sources(now_ns):
+            # Not recorded: a fresh message may come a moment later, before anything observes again
+            # (right after every reset), and what /diagnostics says must not outlive the staleness.
             return None
         try:
             row = self._row()
         except ConversionError as exc:
-            self.problem = str(exc)
+            self.conversion_problem = str(exc)
             self._node.get_logger().error(f"env {self.index}: {exc}", throttle_duration_sec=10.0)
             return None
         self._fresh_marks = None
-        self.problem = ""
+        self.conversion_problem = ""
         if starting:
             self.moved = True
         return row

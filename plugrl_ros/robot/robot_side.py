@@ -108,8 +108,8 @@ class RobotSide:
         return self._node.get_clock().now().to_msg()
 
     def observe(self, env: int, now_ns: int, starting: bool = False) -> ObservationRow | None:
-        """``env``'s fresh observation, or None (``envs[env].problem`` says why). ``starting``: a chunk
-        would start from it, which also needs every actuator to have a subscriber."""
+        """``env``'s fresh observation, or None (see :meth:`EnvIO.observe`). ``starting``: a chunk would
+        start from it, which also needs every actuator to have a subscriber."""
         return self.envs[env].observe(now_ns, starting)
 
     def begin_window(self, env: int) -> None:

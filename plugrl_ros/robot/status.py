@@ -64,8 +64,8 @@ def env_condition(io: EnvIO, paused: bool, now_ns: int, now_s: float) -> tuple[b
         return WARN, "stale: " + "; ".join(stale)
     if unheard := io.unheard_problem():
         return WARN, unheard
-    if io.problem:
-        return WARN, io.problem
+    if io.conversion_problem:
+        return WARN, io.conversion_problem
     if paused:
         return OK, "paused"
     return None

@@ -388,7 +388,7 @@ class TrainMode:
         i = io.index
         if timeout <= 0 or not self.rollout.step_in_flight(i) or time.monotonic() - io.step_sent_s < timeout:
             return
-        waiting = stale or io.step_waiting_for() or [io.problem or "its step result"]
+        waiting = stale or io.step_waiting_for() or [io.conversion_problem or "its step result"]
         cause = f"env {i}: no step result for {timeout:g} s (waiting for {', '.join(waiting)})"
         log = self._node.get_logger()
         if self.rollout.fail_env(i):
