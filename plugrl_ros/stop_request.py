@@ -48,8 +48,12 @@ def _on_signal(signum: int, frame: object) -> None:
 
 def request(signum: int = signal.SIGINT) -> None:
     """Request a stop as the signal ``signum`` does (for one that arrived before :func:`install`)."""
+    # Whether this is the first request is read before it is recorded. A second signal's handler may run
+    # inside this one, between any two bytecodes (a terminal's Ctrl-C and launch's come together): read after
+    # the append, each handler would see the other's request too, and neither would wake anyone.
+    first = not _requests
     _requests.append(signum)
-    if len(_requests) == 1:
+    if first:
         for wake in list(_wakers):
             wake()
 
