@@ -245,7 +245,7 @@ class TrainMode:
         for io in robot.envs:
             if steps.due(io.index, now_s):
                 self._evaluate(io, now_ns, bool(stale[io.index]))
-            self._check_failure(io, stale[io.index])
+            self._check_failure(io)
         self._advance_resets()
         self._poll(now_ns)
         stamp = robot.stamp()
@@ -378,16 +378,18 @@ class TrainMode:
         self.robot.tend()
         self.loop_rate.add(self.robot.now_ns() * 1e-9)
         for io in self.robot.envs:
-            self._check_failure(io, [])
+            self._check_failure(io)
         self._advance_resets()
         self._poll()
 
-    def _check_failure(self, io: EnvIO, stale: list[str]) -> None:
+    def _check_failure(self, io: EnvIO) -> None:
         """An env whose step result is ``env_timeout_s`` overdue has failed: take it out of the batch."""
         timeout = self.config.control.env_timeout_s
         i = io.index
         if timeout <= 0 or not self.rollout.step_in_flight(i) or time.monotonic() - io.step_sent_s < timeout:
             return
+        # what keeps it, read now (in lockstep too: a step result may have come with a stale observation)
+        stale = io.stale_sources(self.robot.now_ns())
         waiting = stale or io.step_waiting_for() or [io.conversion_problem or "its step result"]
         cause = f"env {i}: no step result for {timeout:g} s (waiting for {', '.join(waiting)})"
         log = self._node.get_logger()
