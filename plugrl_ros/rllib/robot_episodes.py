@@ -6,7 +6,9 @@ row. Each feedback row is one RL step, ``add_env_step`` with the action the
 env held (as sampled, with its ``action_logp``, ``action_dist_inputs`` and the
 weights' sequence number), the chunk's summed reward, the observation after
 the chunk (the terminal one when the episode ended), the flags, and the
-bridge's ``info["episode"]`` on the row that ended it.
+bridge's ``info["episode"]`` on the row that ended it. RLlib's
+``on_episode_*`` callbacks are made at the same points as RLlib's own runner
+makes them (:mod:`plugrl_ros.rllib.episode_callbacks`).
 
 A continuing episode's next action is computed from the observation the
 robot is in when it asks. Usually that is its last feedback's: the bridge
@@ -37,6 +39,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 from plugrl_ros.rllib.chunks import ChunkMapping
+from plugrl_ros.rllib.episode_callbacks import EpisodeCallbacks
 from plugrl_ros.rllib.events import FedBack, Inferred, Observation
 from plugrl_ros.rllib.inference import Decision, PolicyPass, Prepared
 
@@ -72,11 +75,19 @@ class Step:
 class RobotEpisodes:
     """The episodes of one connection's envs."""
 
-    def __init__(self, link: int, observation_space: gym.Space, action_space: gym.Space, chunks: ChunkMapping) -> None:
+    def __init__(
+        self,
+        link: int,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        chunks: ChunkMapping,
+        callbacks: EpisodeCallbacks,
+    ) -> None:
         self.link = link
         self.observation_space = observation_space
         self.action_space = action_space
         self.chunks = chunks
+        self.callbacks = callbacks
         self._robots: dict[int, _Robot] = {}
 
     @property
@@ -87,7 +98,7 @@ class RobotEpisodes:
     def infer(self, event: Inferred, policy: PolicyPass, step: Step) -> tuple[np.ndarray, list[Restart]]:
         """The action chunk ``[H, n, action_dim]`` for the infer's envs, in its order; the episodes it restarted."""
         robots = [self._robots.setdefault(env, _Robot()) for env in event.envs]
-        starting = []
+        starting: list[tuple[int, _Robot]] = []
         restarts = []
         for env, robot in zip(event.envs, robots):
             row = event.rows.get(env)  # None: reused, the feedback's by construction
@@ -101,13 +112,16 @@ class RobotEpisodes:
                 robot.episode = SingleAgentEpisode(
                     observation_space=self.observation_space, action_space=self.action_space
                 )
+                self.callbacks.created(robot.episode, env)
                 robot.episode.add_env_reset(observation=row)
-                starting.append(robot)
+                starting.append((env, robot))
                 if previous is not None:
                     restarts.append(Restart(previous, robot.episode.id_))
             robot.fed_back = None
         if starting:
-            self._prepare(starting, policy, step.explore)
+            self._prepare([robot for _, robot in starting], policy, step.explore)
+            for env, robot in starting:
+                self.callbacks.started(_running(robot), env)
         batches: dict[int, tuple[Prepared, list[_Robot]]] = {}
         for robot in robots:
             assert robot.prepared is not None and robot.held is None, "an env asked twice for one observation"
@@ -147,9 +161,12 @@ class RobotEpisodes:
         self._prepare(stepped, policy, explore)
         ended = []
         for env, robot in zip(event.envs, stepped):
-            assert robot.episode is not None
-            if robot.episode.is_done:
-                ended.append((env, robot.episode))
+            episode = _running(robot)
+            # RLlib's order: every step's callback, then the end's on the step that ended the episode
+            self.callbacks.stepped(episode, env)
+            if episode.is_done:
+                self.callbacks.ended(episode, env)
+                ended.append((env, episode))
                 robot.episode = robot.prepared = robot.fed_back = None
         return ended
 
@@ -192,6 +209,11 @@ def _same(row: Observation, fed_back: Observation | None) -> bool:
 
 def _copied(row: Observation) -> Observation:
     return {group: {name: array.copy() for name, array in arrays.items()} for group, arrays in row.items()}
+
+
+def _running(robot: _Robot) -> SingleAgentEpisode:
+    assert robot.episode is not None
+    return robot.episode
 
 
 def _held(robot: _Robot) -> Decision:
