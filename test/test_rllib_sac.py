@@ -17,12 +17,15 @@ import pytest
 pytest.importorskip("ray.rllib")
 
 from harness import ROOT, process, python_module
+from rllib_client import connected, make_runner, run, sampling
 
 from plugrl_ros.rllib import PlugRLEnvRunner
 
-pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow]
+pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.websockets]
 
 from ray.rllib.callbacks.callbacks import RLlibCallback  # noqa: E402
+from ray.rllib.core.columns import Columns  # noqa: E402
+from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBuffer  # noqa: E402
 
 DEMO = ROOT / "config" / "demo.yaml"
 STEPS = 300  # RL steps sampled before the run ends
@@ -46,6 +49,44 @@ class BetweenSamples(PlugRLEnvRunner):
             self._answers_at_return = self.figures.answers_sent
 
 
+def test_a_robot_episode_that_runs_from_a_random_warm_up_into_the_policy_reaches_the_replay_buffer_whole():
+    """sample(random_actions=True) then sample(): the running episode's steps differ in model outputs, which
+    RLlib's replay buffer refuses to join; the runner continues it in a new episode from the same observation."""
+    r = make_runner()
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=1, random_actions=True)
+        await client.infer([0], [[0.0] * 3])
+        await client.feedback([0], [[1.0] * 3], [1.0])
+        warm_up = await sample
+        sample = await sampling(r, num_timesteps=2)
+        for k in range(2):
+            await client.infer([0], [], reuse=[True])
+            await client.feedback([0], [[k + 2.0] * 3], [1.0], terminated=[k == 1])
+        learning = await sample
+        metrics = r.get_metrics()
+        await client.ws.close()
+        return warm_up, learning, metrics
+
+    try:
+        warm_up, learning, metrics = run(scenario)
+    finally:
+        r.stop()
+    (random,) = warm_up
+    (policy,) = [e for e in learning if len(e) > 0]
+    assert Columns.ACTION_LOGP not in random.extra_model_outputs and Columns.ACTION_LOGP in policy.extra_model_outputs
+    # the policy's episode starts where the random one stopped (left unterminated: bootstrapped)
+    assert policy.id_ != random.id_ and not random.is_done and policy.is_terminated
+    assert policy.get_observations(0).tolist() == random.get_observations(-1).tolist() == [1.0] * 3
+    buffer = EpisodeReplayBuffer(capacity=100)
+    buffer.add(warm_up)
+    buffer.add(learning)  # RLlib's buffer joins chunks by episode id: it would fail on mixed model outputs
+    assert buffer.get_num_timesteps() == 3
+    assert float(metrics["num_episodes"]) == 1 and float(metrics["episode_len_mean"]) == 3  # one robot episode
+
+
+@pytest.mark.slow
 def test_sac_learns_from_robots_that_the_runner_serves_through_its_updates_and_its_weights_reach_the_runner():
     import ray
 

@@ -22,6 +22,10 @@ episode's current chunk as a connection close does (not terminated, not
 truncated: RLlib bootstraps its value, and no transition is stored that did
 not happen) and starts a new episode from the fresh row, which the policy
 acts on. The metrics count the two as one episode, as the bridge does.
+The same happens where a robot's episode switches between random actions
+(``sample(random_actions=True)``, an off-policy algorithm's warm-up) and
+the RLModule's: the steps of one RLlib episode always carry the same model
+outputs, which RLlib's replay buffers need to join its chunks.
 
 The protocol forgets every env of a connection when it closes, and so does
 this: steps already fed back stay valid training data and are returned as
@@ -52,6 +56,8 @@ class _Robot:
     held: Decision | None = None  # the action it is executing, until its feedback
     # its last feedback's observation as the bridge sent it (the episode's copy may be rewritten by connectors)
     fed_back: Observation | None = None
+    # whether the running episode's actions (in every chunk returned so far) were random; None before its first
+    random_actions: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -106,12 +112,19 @@ class RobotEpisodes:
             if previous is not None and row is not None and not _same(row, robot.fed_back):
                 # the robot moved on since its feedback: never act on the old observation
                 robot.episode = robot.prepared = None
+            elif previous is not None and robot.random_actions not in (None, step.random_actions):
+                # Random actions carry no model outputs (action_logp, action_dist_inputs): RLlib's replay buffers
+                # refuse to join chunks of one episode that differ in them. The episode goes on in a new one
+                # from the same observation, as after a fresh row: the random chunk is bootstrapped.
+                row = row if row is not None else robot.fed_back
+                robot.episode = robot.prepared = None
             if robot.episode is None:
                 # the connection checked that a reused row only ever continues an episode
                 assert row is not None
                 robot.episode = SingleAgentEpisode(
                     observation_space=self.observation_space, action_space=self.action_space
                 )
+                robot.random_actions = None
                 self.callbacks.created(robot.episode, env)
                 robot.episode.add_env_reset(observation=row)
                 starting.append((env, robot))
@@ -133,6 +146,7 @@ class RobotEpisodes:
                 extra = {**decision.extra_model_outputs, WEIGHTS_SEQ_NO: step.weights_seq_no}
                 robot.held = Decision(decision.action, decision.action_for_env, extra)
                 robot.prepared = None
+                robot.random_actions = step.random_actions
         return self.chunks.to_chunk(np.stack([_held(robot).action_for_env for robot in robots])), restarts
 
     def feedback(self, event: FedBack, policy: PolicyPass, explore: bool) -> list[tuple[int, SingleAgentEpisode]]:
