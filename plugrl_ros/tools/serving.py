@@ -1,4 +1,4 @@
-"""Serving a trainer or a policy server: the websocket options both ends agree on, and a trainer on its thread."""
+"""Serving a trainer or a policy server: the websocket options, who may connect, and a trainer on its thread."""
 
 from __future__ import annotations
 
