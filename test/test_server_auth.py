@@ -29,8 +29,11 @@ from websockets.exceptions import InvalidStatus
 from plugrl_ros import executables
 from plugrl_ros.protocol import codec
 from plugrl_ros.protocol.client import ClientSettings, ConnectFailed, Notice, TrainerClient, plain_link_warning
+from plugrl_ros.protocol.policy.client import ChunkReceived, PolicyClient, PolicyConnected
+from plugrl_ros.protocol.policy.session import Expectation
 from plugrl_ros.protocol.server_auth import AccessError, RefusalLog, ServerAccess
 from plugrl_ros.tools.headless_probe import HeadlessProbe, HeadlessSettings
+from plugrl_ros.tools.test_policy_server import PolicyServerSettings, TestPolicyServer
 from plugrl_ros.tools.test_trainer import TestTrainer, TrainerSettings
 
 pytestmark = [pytest.mark.websockets]
@@ -384,3 +387,54 @@ def test_the_client_warns_once_at_startup_about_a_key_over_plain_ws(key):
     assert len(failures) >= 3  # it kept trying ...
     assert len(notices) == 1 and f"${KEY_ENV}" in notices[0].text  # ... and warned once, naming the variable
     assert key not in notices[0].text
+
+
+@pytest.mark.parametrize(
+    ("ca", "api_key_env", "refusal"),
+    [
+        pytest.param("right", KEY_ENV, None, id="right-key-and-ca"),
+        pytest.param("other", KEY_ENV, "CERTIFICATE_VERIFY_FAILED", id="wrong-ca"),
+        pytest.param("right", "", "HTTP 401", id="no-key"),
+    ],
+)
+def test_the_deploy_link_reaches_a_policy_server_with_its_key_over_wss_or_says_why_not(
+    ca, api_key_env, refusal, key, tls
+):
+    async def scenario():
+        server = TestPolicyServer(PolicyServerSettings(api_key_env=KEY_ENV, tls_cert=str(tls.server_pem)))
+        port = await server.start()
+        events: list = []
+        done = asyncio.Event()
+
+        def on_event(event) -> None:
+            events.append(event)
+            if isinstance(event, PolicyConnected):
+                client.request(event.epoch, {"observation/state": np.asarray([3.0])})
+            elif isinstance(event, (ChunkReceived, ConnectFailed)):
+                done.set()
+
+        settings = ClientSettings(
+            uri=f"wss://localhost:{port}",
+            api_key_env=api_key_env,
+            ca_file=str(tls.ca_pem if ca == "right" else tls.other_ca_pem),
+            reconnect_initial_s=0.05,
+        )
+        client = PolicyClient(settings, Expectation(), on_event)
+        task = asyncio.ensure_future(client.run())
+        try:
+            await asyncio.wait_for(done.wait(), WAIT_S)
+        finally:
+            client.stop()
+            await asyncio.wait_for(task, WAIT_S)
+            await server.close()
+        return events, server.seen
+
+    events, seen = asyncio.run(scenario())
+    if refusal is None:
+        chunk = next(e for e in events if isinstance(e, ChunkReceived))
+        assert chunk.chunk.actions.shape == (10, 4)
+        assert seen.answers == 1
+    else:
+        failed = next(e for e in events if isinstance(e, ConnectFailed))
+        assert refusal in failed.detail and ("ca_file" if ca == "other" else "api_key_env") in failed.detail
+        assert seen.connections == 0 and seen.answers == 0  # nothing was served before the refusal
