@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.connection import Outgoing
@@ -173,6 +173,27 @@ def is_loopback(uri: str) -> bool:
         return False
 
 
+def plain_link_warning(settings: ClientSettings, environ: Mapping[str, str]) -> str | None:
+    """What to warn about once at startup for a plain ``ws://`` link to another host (None if nothing).
+
+    With an API key the warning is louder: the key itself would cross the
+    network in clear text, for anyone on it to read and reuse. It names the
+    key's variable, never the key.
+    """
+    if not settings.uri.startswith("ws://") or is_loopback(settings.uri):
+        return None
+    if settings.api_key_env and environ.get(settings.api_key_env):
+        return (
+            f"{settings.uri} is plain ws:// to another host: the API key from ${settings.api_key_env} would be "
+            "sent in clear text, readable (and reusable) by anyone on the network, and the link is unencrypted; "
+            "serve wss:// and use a wss:// URI (docs/security.md)"
+        )
+    return (
+        f"{settings.uri} is plain ws:// to another host: the link is unauthenticated and unencrypted; "
+        "use wss:// with an API key, or a network you control (docs/security.md)"
+    )
+
+
 class TrainerClient:
     """Connects to the trainer and keeps connecting until the run ends or we stop.
 
@@ -236,13 +257,9 @@ class TrainerClient:
 
     async def run(self) -> CloseKind:
         """Connect and reconnect until the run finishes, a fatal error, or :meth:`stop`."""
-        if self._settings.uri.startswith("ws://") and not is_loopback(self._settings.uri):
-            self._emit(
-                Notice(
-                    f"{self._settings.uri} is plain ws:// to another host: the link is unauthenticated "
-                    "and unencrypted; use wss:// or a network you control"
-                )
-            )
+        warning = plain_link_warning(self._settings, os.environ)
+        if warning is not None:
+            self._emit(Notice(warning))
         while not self._stopping.is_set():
             try:
                 ws = await self._connect()
@@ -481,4 +498,16 @@ def close_detail(ws: ClientConnection) -> str:
 
 def describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:300]
+    return f"{type(exc).__name__}: {text}"[:300] + _hint(exc)
+
+
+def _hint(exc: BaseException) -> str:
+    """What an operator can do about a refused connection (the two refusals a misconfiguration causes)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            " (the server's certificate is not trusted: give the CA that signed it as ca_file, "
+            "and connect by a host name the certificate names)"
+        )
+    if isinstance(exc, InvalidStatus) and exc.response.status_code == 401:
+        return " (the server wants an API key, or another one: api_key_env must name a variable holding its key)"
+    return ""

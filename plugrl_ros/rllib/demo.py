@@ -76,7 +76,9 @@ def demo_config(params_file: str | Path, *, port: int, seed: int = 0, host: str 
 
     # the policy reads the states; the bridge also sends the camera, which the runner ignores
     spaces = robot_spaces(params_file, horizon=HORIZON, images=[], state_dims={"target": 4})
-    runner = RunnerSettings(host=host, port=port, horizon=HORIZON, sample_wait_s=10.0)
+    # no API key: the demo's bridge, started by the same command, does not send one (a PLUGRL_API_KEY
+    # exported for a real run must not lock the demo out); docs/security.md for robots elsewhere
+    runner = RunnerSettings(host=host, port=port, horizon=HORIZON, sample_wait_s=10.0, api_key_env="")
     training = {
         "gamma": chunk_gamma(0.9, HORIZON),
         "lambda_": 0.95,

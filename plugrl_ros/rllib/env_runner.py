@@ -61,6 +61,7 @@ from ray.rllib.utils.typing import EpisodeID, ResultDict, StateDict
 
 from plugrl_ros import __version__
 from plugrl_ros.protocol.messages import REUSE_FEEDBACK_OBS
+from plugrl_ros.protocol.server_auth import AccessError
 from plugrl_ros.rllib.chunks import ChunkMapping
 from plugrl_ros.rllib.events import Closed, Connected, Event, FedBack, Inferred
 from plugrl_ros.rllib.inference import PolicyPass
@@ -164,9 +165,12 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 self._events,
                 self.figures,
                 self.settings.feedback_timeout_s,
+                self.settings.access,
             )
             try:
                 self.port = self._server.listen()
+            except AccessError as exc:
+                raise AccessError(f'PlugRL {self._name}: env_config["plugrl"]["{exc.setting}"]', exc.detail) from exc
             except OSError as exc:
                 setting = "evaluation_port" if self.evaluation else "port"
                 raise OSError(

@@ -36,6 +36,7 @@ from websockets.exceptions import ConnectionClosed
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.codec import packb
 from plugrl_ros.protocol.errors import ProtocolError
+from plugrl_ros.protocol.server_auth import ServerAccess
 from plugrl_ros.protocol.server_messages import Feedback, Infer, episode_counts
 from plugrl_ros.protocol.trainer_connection import ServerPhase, TrainerConnection
 from plugrl_ros.rllib.events import Answer, Closed, Connected, Event, FedBack, Inferred
@@ -61,8 +62,10 @@ class BridgeServer:
         events: queue.Queue[Event],
         figures: LinkFigures,
         feedback_timeout_s: float,
+        access: ServerAccess | None = None,
     ) -> None:
         self.host = host
+        self.access = access
         self.reader = reader
         self.metadata = dict(metadata)
         self.events = events
@@ -115,7 +118,9 @@ class BridgeServer:
     async def start(self) -> int:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        self._server = await serve_trainer(self._handle, self.host, self._requested_port, _CLOSE_TIMEOUT_S)
+        self._server = await serve_trainer(
+            self._handle, self.host, self._requested_port, _CLOSE_TIMEOUT_S, access=self.access, logger=log
+        )
         return next(iter(self._server.sockets)).getsockname()[1]
 
     async def finished(self) -> None:

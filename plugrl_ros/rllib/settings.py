@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from plugrl_ros.protocol.server_auth import DEFAULT_API_KEY_ENV, ServerAccess
+
 ENV_CONFIG_KEY = "plugrl"
 PROTOCOL_FEEDBACK_TIMEOUT_S = 60.0
 
@@ -43,6 +45,14 @@ class RunnerSettings:
     # training ones: evaluation runner i listens on evaluation_port + i, for bridges of robots that
     # evaluate. None (the default): a runner refuses to start as an evaluation runner. 0: free ports.
     evaluation_port: int | None = None
+    # Who may connect (docs/security.md). The environment variable holding the API key every bridge
+    # must send, read where the runner runs (never the key itself: env_config travels with the
+    # algorithm's config and checkpoints); when the default variable is unset, no key is asked.
+    api_key_env: str = DEFAULT_API_KEY_ENV
+    # PEM certificate chain (and its private key, if not in the same file) to serve wss://; the
+    # paths must exist on every machine a runner may be placed on.
+    tls_cert: str = ""
+    tls_key: str = ""
 
     def __post_init__(self) -> None:
         _check(isinstance(self.host, str) and bool(self.host), "host", self.host, "an address to listen on")
@@ -56,12 +66,19 @@ class RunnerSettings:
             self.evaluation_port,
             "None or a port in 0..65535",
         )
+        for name in ("api_key_env", "tls_cert", "tls_key"):
+            _check(isinstance(getattr(self, name), str), name, getattr(self, name), "a string")
+        _check(not self.tls_key or bool(self.tls_cert), "tls_key", self.tls_key, "tls_cert to be set as well")
         _check(
             _is_number(self.feedback_timeout_s) and self.feedback_timeout_s > 0,
             "feedback_timeout_s",
             self.feedback_timeout_s,
             "> 0 seconds",
         )
+
+    @property
+    def access(self) -> ServerAccess:
+        return ServerAccess(api_key_env=self.api_key_env, tls_cert=self.tls_cert, tls_key=self.tls_key)
 
     def env_config(self, **more: Any) -> dict[str, Any]:
         """An ``env_config`` carrying these settings (plus ``more`` keys of your own)."""

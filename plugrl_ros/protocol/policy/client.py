@@ -16,6 +16,7 @@ client reconnects with backoff, as after any lost connection.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -36,7 +37,7 @@ from plugrl_ros.protocol.client import (
     close_frame,
     connect_options,
     describe,
-    is_loopback,
+    plain_link_warning,
     set_tcp_timeout,
 )
 from plugrl_ros.protocol.errors import ProtocolError
@@ -160,9 +161,9 @@ class PolicyClient:
 
     async def run(self) -> None:
         """Connect, serve, reconnect with backoff, until :meth:`stop`."""
-        uri = self._settings.uri
-        if uri.startswith("ws://") and not is_loopback(uri):
-            self._emit(Notice(f"{uri} is plain ws:// to another host: the link is unauthenticated and unencrypted"))
+        warning = plain_link_warning(self._settings, os.environ)
+        if warning is not None:
+            self._emit(Notice(warning))
         while not self._stopping.is_set():
             try:
                 ws = await self._connect()
