@@ -55,11 +55,20 @@ def reset(writer: asyncio.StreamWriter) -> None:
 
 
 class Fault:
-    """What a connection meets; ``metadata`` is the server's first frame in the mode under test."""
+    """What a connection meets; ``metadata`` is the server's first frame in the mode under test.
 
-    def __init__(self, name: str, run: Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], object]) -> None:
+    ``after_101``: the server completes the handshake (sends the 101) before ``run``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        run: Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], object],
+        after_101: bool = True,
+    ) -> None:
         self.name = name
         self.run = run
+        self.after_101 = after_101
 
 
 async def _reset_before_101(reader, writer, metadata):
@@ -120,9 +129,9 @@ async def _invalid_frame(reader, writer, metadata):
 
 
 FAULTS = [
-    Fault("reset before 101", _reset_before_101),
-    Fault("close before 101", _close_before_101),
-    Fault("HTTP 503", _refuse_with_503),
+    Fault("reset before 101", _reset_before_101, after_101=False),
+    Fault("close before 101", _close_before_101, after_101=False),
+    Fault("HTTP 503", _refuse_with_503, after_101=False),
     Fault("reset after 101", _reset_after_101),
     Fault("close after 101", _close_after_101),
     Fault("reset after metadata", _reset_after_metadata),
@@ -131,8 +140,7 @@ FAULTS = [
     Fault("close frame after metadata", _close_frame_after_metadata),
     Fault("invalid frame", _invalid_frame),
 ]
-# the faults that need the handshake first (the 101 is sent before they run)
-AFTER_101 = {f.name for f in FAULTS} - {"reset before 101", "close before 101", "HTTP 503"}
+AFTER_101 = {f.name for f in FAULTS if f.after_101}
 
 
 class FaultServer:
@@ -186,7 +194,7 @@ class FaultServer:
             self.seen.append(fault.name)
         try:
             request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            if fault.name in AFTER_101:
+            if fault.after_101:
                 writer.write(accept_response(request))
                 await writer.drain()
             await fault.run(reader, writer, self.metadata)
