@@ -34,6 +34,7 @@ from plugrl_ros.deploy.observer import PolicyObserver
 from plugrl_ros.policy.deploy import DeployRobot
 from plugrl_ros.policy.episodes import EpisodeEnd, EpisodeTracker, Phase
 from plugrl_ros.policy.runner import PolicyRunner
+from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.protocol.policy.client import (
     AnswerRejected,
@@ -94,7 +95,11 @@ class DeployMode:
         n = len(config.envs)
         expect = policy.expectation(min_width=config.action_width_needed)
         self.robots = [
-            DeployRobot(PolicyRunner(policy.execution, config.control.period_s, time.monotonic), policy.layout)
+            DeployRobot(
+                PolicyRunner(policy.execution, config.control.period_s, time.monotonic),
+                policy.layout,
+                Backoff(policy.server.reconnect_initial_s, policy.server.reconnect_max_s),
+            )
             for _ in range(n)
         ]
         self.episodes = [
@@ -369,6 +374,8 @@ class DeployMode:
                 entry.level, entry.message = condition
             elif deploy.epoch is None:
                 entry.worse(WARN, "waiting for the policy server connection")
+            elif deploy.problem:
+                entry.worse(ERROR, f"the policy server's answers are rejected: {deploy.problem}")
             else:
                 entry.level, entry.message = OK, "running"
             entries.append(entry)
