@@ -53,7 +53,7 @@ def guarded(target: Callable[[], object], thread: str, on_crash: Callable[[Crash
         try:
             target()
         except BaseException as exc:  # the last line of defence: nothing may end a thread unseen
-            crash = Crash(thread, f"{type(exc).__name__}: {exc}"[:500], traceback.format_exc())
+            crash = crash_of(thread, exc)
             try:
                 on_crash(crash)
             except BaseException:  # reporting failed too: stderr is all that is left
@@ -61,6 +61,12 @@ def guarded(target: Callable[[], object], thread: str, on_crash: Callable[[Crash
                 traceback.print_exc()
 
     return run
+
+
+def crash_of(thread: str, exc: BaseException) -> Crash:
+    """``exc``, which ended thread ``thread``, as a :class:`Crash` with its traceback."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return Crash(thread, f"{type(exc).__name__}: {exc}"[:500], text)
 
 
 def log_crash(crash: Crash) -> None:

@@ -23,26 +23,41 @@ from plugrl_ros.thread_guard import EXIT_CRASHED, Crash, guarded
 
 BRIDGE = python_module("plugrl_ros.node.bridge_main")
 
-# the planted bug: the client's per-connection loop raises as soon as a connection is open
+# the planted bug: "module:Class.method" (or "module:function") raises when called
 SITECUSTOMIZE = """\
-import os
-_client, _method = os.environ["PLUGRL_TEST_PLANT_BUG"].rsplit(".", 1)
-_module, _class = _client.rsplit(".", 1)
-import importlib
-_cls = getattr(importlib.import_module(_module), _class)
+import importlib, inspect, os
+_module, _path = os.environ["PLUGRL_TEST_PLANT_BUG"].split(":")
+_owner = importlib.import_module(_module)
+*_parents, _name = _path.split(".")
+for _parent in _parents:
+    _owner = getattr(_owner, _parent)
 
 
-async def _planted(self, *args, **kwargs):
+def _planted(*args, **kwargs):
     raise RuntimeError("planted bug: nobody expected this")
 
 
-setattr(_cls, _method, _planted)
+async def _planted_async(*args, **kwargs):
+    _planted()
+
+
+_original = getattr(_owner, _name)
+setattr(_owner, _name, _planted_async if inspect.iscoroutinefunction(_original) else _planted)
 """
 PLANTS = {
-    "train": "plugrl_ros.protocol.client.TrainerClient._serve",
-    "deploy": "plugrl_ros.protocol.policy.client.PolicyClient._serve",
+    "train": "plugrl_ros.protocol.client:TrainerClient._serve",
+    "deploy": "plugrl_ros.protocol.policy.client:PolicyClient._serve",
 }
 THREADS = {"train": "trainer link", "deploy": "policy link"}
+
+
+def planted(tmp_path: Path, where: str) -> dict[str, str]:
+    """A child's environment in which ``where`` ("module:attribute") raises an error nobody expected."""
+    (tmp_path / "plant").mkdir()
+    (tmp_path / "plant" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = ros_env(PLUGRL_TEST_PLANT_BUG=where)
+    env["PYTHONPATH"] = f"{tmp_path / 'plant'}:{env.get('PYTHONPATH', '')}"
+    return env
 
 
 async def _hold_open(reader, writer, metadata):
@@ -87,10 +102,7 @@ def test_a_link_thread_that_dies_ends_the_bridge_with_an_error_its_traceback_and
     tmp_path: Path, mode: str, robot
 ):
     params, metadata = MODES[mode]
-    (tmp_path / "plant").mkdir()
-    (tmp_path / "plant" / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env = ros_env(PLUGRL_TEST_PLANT_BUG=PLANTS[mode])
-    env["PYTHONPATH"] = f"{tmp_path / 'plant'}:{env.get('PYTHONPATH', '')}"
+    env = planted(tmp_path, PLANTS[mode])
     diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
     # the connection that meets the bug opens only once the bridge's status reaches this node
     with FaultServer(metadata, [FAULTS[0]]) as server:
@@ -112,3 +124,21 @@ def test_a_link_thread_that_dies_ends_the_bridge_with_an_error_its_traceback_and
         if status.name == f"{DIAG_PREFIX}: process" and status.level == DiagnosticStatus.ERROR
     ]
     assert crashed and "planted bug" in crashed[-1].message, [m.status for m in diagnostics.msgs()][-2:]
+
+
+@pytest.mark.ros
+@pytest.mark.timeout(120)
+def test_a_recorder_thread_that_dies_ends_the_bridge_with_an_error_its_traceback_and_exit_70(tmp_path: Path):
+    """The recorder's forwarding thread meets the bug with the first call it hands on (the run's config)."""
+    env = planted(tmp_path, "plugrl_ros.record.writer_process:to_wire")
+    params, _ = MODES["train"]
+    with FaultServer(b"", [FAULTS[0]]) as server:
+        config = {**params(server.uri), "record": {"path": str(tmp_path / "recordings")}}
+        path = write_params(tmp_path / "bridge.yaml", config)
+        with process([*BRIDGE, "--ros-args", "--params-file", str(path)], env=env) as child:
+            code = child.wait(60)
+            output = child.output()
+    assert code == EXIT_CRASHED, output
+    assert "the recorder (plugrl-recorder) thread died of an unexpected error" in output, output
+    assert "Traceback (most recent call last)" in output and "planted bug: nobody expected this" in output, output
+    assert "recording stopped" in output, output  # the recording says why it ended, too

@@ -48,21 +48,21 @@ class BridgeNode(Node):
         check_environment(self.config, os.environ)
         config = self.config
         group = MutuallyExclusiveCallbackGroup()
+        # set by a thread that died of an error nobody expected (see thread_guard): ends the spin loop
+        # once /diagnostics has said so (or two status periods later, should the executor be stuck too)
+        self.crash: Crash | None = None
+        self._crash_deadline = 0.0
+        self._crash_published = False
         # The recorder's writer process starts before anything else runs (no threads forked with it);
         # a folder it cannot write is a startup error (RecordError), never a silent run without a record.
         self.recorder: Recorder | None = None
         if config.record.enabled:
-            self.recorder = Recorder(config.record, on_error=self.get_logger().error)
+            self.recorder = Recorder(config.record, on_error=self.get_logger().error, on_crash=self._on_crash)
             first = self.recorder.start()
             self.get_logger().info(f"recording every transition into {first}")
         self.transient_faults: deque[float] = deque()  # times of survived rclpy faults (see process.spin_resiliently)
         # (no message is delivered before the executor spins, so the mode exists when the robot side calls it)
         self.robot = RobotSide(self, config, group, self._on_input, self._on_pause)
-        # set by a thread that died of an error nobody expected (see thread_guard): ends the spin loop
-        # once /diagnostics has said so (or a status period later, should the executor be stuck too)
-        self.crash: Crash | None = None
-        self._crash_deadline = 0.0
-        self._crash_published = False
         self.mode: Mode = MODES[config.mode](
             self, config, self.robot, group, observer=self.recorder, on_crash=self._on_crash
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import ssl
 import threading
 from collections.abc import Awaitable, Callable
@@ -12,6 +13,9 @@ from typing import Any, Generic, Protocol, TypeVar
 from websockets.asyncio.server import Server, ServerConnection, serve
 
 from plugrl_ros.protocol.client import redacting_logger
+from plugrl_ros.thread_guard import crash_of
+
+log = logging.getLogger("plugrl_ros.serving")
 
 R_co = TypeVar("R_co", covariant=True)
 Result = TypeVar("Result")
@@ -80,7 +84,11 @@ class TrainerThread(Generic[Result]):
             self._result.set_result(asyncio.run(main()))
         except BaseException as exc:  # hand any failure to the thread that started this one
             if not self._port.done():
-                self._port.set_exception(exc)
+                self._port.set_exception(exc)  # start() raises it: the starter hears of it at once
+            else:
+                # while serving: nobody may look at the result for a long time, so say it now, with its traceback
+                crash = crash_of(self._thread.name, exc)
+                log.error("the %s thread stopped serving: %s\n%s", crash.thread, crash.error, crash.traceback.rstrip())
             self._result.set_exception(exc)
 
     def start(self, timeout: float = 10.0) -> int:
