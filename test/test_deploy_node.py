@@ -414,3 +414,32 @@ def test_a_pause_idles_the_robot_and_nothing_planned_before_it_runs_after_it(tmp
     # every chunk after the pause was computed from an observation taken after the robot had begun to idle
     # (a 50-step chunk planned before the pause would still have had steps left to replay)
     assert all(round(item[2]) - OFFSET > first_idle for item in items[back:] if item is not None)
+
+
+def test_a_server_answering_the_wrong_horizon_is_refused_said_once_and_asked_again_only_with_backoff(tmp_path, robot):
+    port = free_port()
+    # announces nothing, answers H=8 where the robot is configured for 4: every answer is rejected
+    server = Server(port, "--horizon", "8", "--action-dim", str(WIDTH), "--metadata", "{}")
+    counting = CountingRobot(robot)
+    diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
+    params = deploy_params(port, "switch", 4, reconnect_initial_s=0.5, reconnect_max_s=2.0)
+
+    def rejected(msg: DiagnosticArray) -> bool:
+        return has_env_entry(msg) and int(env_status(msg, 0)[2].get("answers rejected", "0")) >= 4
+
+    try:
+        with bridge(tmp_path, params) as child:
+            wait_until(lambda: counting.received > 0, 60, "the bridge's first command")
+            first_tick = counting.received
+            _, diag = first_diag(diagnostics, rejected, 60, "four rejected answers")
+            ticks = counting.received - first_tick
+            level, message, values = env_status(diag, 0)
+            output = child.output()
+    finally:
+        server.stop()
+    assert not any(d is not None for d in decoded(counting.rows()))  # nothing of a rejected answer ran
+    # asked again (after 0.25-0.5 s, then 0.5-1 s, ...), never once a tick (that was ~1 request per tick)
+    assert ticks >= 20 * int(values["answers rejected"]), (ticks, values)
+    assert level == 2 and "has a horizon of 8 steps, expected 4" in message, (level, message)
+    said = [line for line in output.splitlines() if "answer was rejected" in line]
+    assert len(said) == 1 and "[ERROR]" in said[0], said

@@ -20,6 +20,7 @@ from rllib_client import ACTION_HIGH, ACTION_LOW, POISON, WAIT_S, connected, mak
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.messages import episode_info
 from plugrl_ros.rllib import PlugRLEnvRunner
+from plugrl_ros.rllib.env_runner import ServerDied
 
 pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.websockets]
 
@@ -527,3 +528,20 @@ def test_evaluation_runners_listen_on_their_own_ports(runner):
         assert run(scenario)["action_dim"] == 2
     finally:
         evaluating.stop()
+
+
+def test_a_bridge_server_that_dies_fails_sample_and_is_logged_with_its_traceback(runner, caplog):
+    """A runner whose server thread died must not sample nothing for ever: RLlib must see it fail."""
+    r = runner(sample_wait_s=0.5)
+    server = r._server
+
+    def planted_bug() -> None:  # the server's own close, as it ends its run, meets an error nobody expected
+        raise RuntimeError("planted bug: nobody expected this")
+
+    server._server.close = planted_bug
+    server._thread.end()
+    assert server._thread.join(10) and not server.listening
+    with pytest.raises(ServerDied, match=r"bridge server stopped serving .*planted bug"):
+        r.sample(num_timesteps=10)
+    logged = [rec for rec in caplog.records if rec.levelname == "ERROR" and "stopped serving" in rec.getMessage()]
+    assert logged and "Traceback (most recent call last)" in logged[0].getMessage(), caplog.text

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -33,6 +34,7 @@ from plugrl_ros.deploy.observer import PolicyObserver
 from plugrl_ros.policy.deploy import DeployRobot
 from plugrl_ros.policy.episodes import EpisodeEnd, EpisodeTracker, Phase
 from plugrl_ros.policy.runner import PolicyRunner
+from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.protocol.policy.client import (
     AnswerRejected,
@@ -47,6 +49,7 @@ from plugrl_ros.robot.robot_side import RobotSide
 from plugrl_ros.robot.status import ERROR, OK, WARN, Entry, env_condition
 from plugrl_ros.ros.config import BridgeConfig
 from plugrl_ros.ros.wakeup import Wakeup
+from plugrl_ros.thread_guard import Crash, log_crash
 
 EXIT_OK = 0
 # How often a slow timer drains what a lost wakeup left behind (see plugrl_ros.ros.wakeup).
@@ -73,8 +76,10 @@ class DeployMode:
         robot: RobotSide,
         callback_group: object,
         observer: PolicyObserver | None = None,
+        on_crash: Callable[[Crash], None] = log_crash,
     ) -> None:
-        """``observer`` (the recorder, when recording) hears every request, answer and step; it never steers."""
+        """``observer`` (the recorder, when recording) hears every request, answer and step; it never steers.
+        ``on_crash``: told if the link thread dies of an error nobody expected (see :mod:`plugrl_ros.thread_guard`)."""
         policy = config.policy
         assert policy is not None and config.mode == "deploy" and config.control.mode == "timer"
         self._node = node
@@ -90,7 +95,11 @@ class DeployMode:
         n = len(config.envs)
         expect = policy.expectation(min_width=config.action_width_needed)
         self.robots = [
-            DeployRobot(PolicyRunner(policy.execution, config.control.period_s, time.monotonic), policy.layout)
+            DeployRobot(
+                PolicyRunner(policy.execution, config.control.period_s, time.monotonic),
+                policy.layout,
+                Backoff(policy.server.reconnect_initial_s, policy.server.reconnect_max_s),
+            )
             for _ in range(n)
         ]
         self.episodes = [
@@ -101,7 +110,7 @@ class DeployMode:
         self._warned: dict[tuple[int, str], float] = {}  # (robot, repeating kind) -> when last logged
         self.held = [True] * n  # not stepping (paused, resetting, stale): chunks dropped, actuators idle
         wakeup = Wakeup(node, self._deliver, callback_group, _FALLBACK_DRAIN_S)
-        self.links = PolicyLinks([policy.server] * n, [expect] * n, wake=wakeup.trigger)
+        self.links = PolicyLinks([policy.server] * n, [expect] * n, wake=wakeup.trigger, on_crash=on_crash)
         node.create_timer(config.control.period_s, self._on_tick, callback_group=callback_group)
 
     def start(self) -> None:
@@ -365,6 +374,8 @@ class DeployMode:
                 entry.level, entry.message = condition
             elif deploy.epoch is None:
                 entry.worse(WARN, "waiting for the policy server connection")
+            elif deploy.problem:
+                entry.worse(ERROR, f"the policy server's answers are rejected: {deploy.problem}")
             else:
                 entry.level, entry.message = OK, "running"
             entries.append(entry)

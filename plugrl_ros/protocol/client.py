@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
 
 from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.connection import Outgoing
@@ -265,7 +265,7 @@ class TrainerClient:
                 ws = await self._connect()
                 if ws is None:
                     break  # stopped while connecting
-            except (OSError, InvalidHandshake, InvalidURI, asyncio.TimeoutError) as exc:
+            except (*CONNECTION_FAULTS, InvalidURI) as exc:
                 if isinstance(exc, InvalidURI):
                     self._fatal_detail = f"invalid trainer URI {self._settings.uri!r}"
                     return CloseKind.FATAL
@@ -283,7 +283,11 @@ class TrainerClient:
             set_tcp_timeout(ws, self._settings.tcp_timeout_s)
             self._emit(Connected(self._epoch, self._settings.uri))
             self._await_answer()  # the trainer speaks first: its metadata is the first answer
-            kind, detail, progressed = await self._serve(ws)
+            try:
+                kind, detail, progressed = await self._serve(ws)
+            except CONNECTION_FAULTS as exc:
+                # a connection may fail at any point (a reset while closing, a frame cut off): it is lost
+                kind, detail, progressed = CloseKind.LOST, f"{close_detail(ws)} ({describe(exc)})", False
             self._answer_came()
             self._ws = None
             self._emit(Disconnected(self._epoch, kind, detail))
@@ -431,6 +435,12 @@ class TrainerClient:
         return connect_options(self._settings)
 
 
+# What a connection can fail with at any point, from the handshake to the close: each is a lost
+# connection (reconnect with backoff), never the end of the link. websockets reports most as
+# ConnectionClosed or InvalidHandshake; a reset can surface as an OSError from the socket itself.
+CONNECTION_FAULTS = (OSError, EOFError, WebSocketException, asyncio.TimeoutError)
+
+
 def connect_options(s: ClientSettings) -> dict[str, Any]:
     """websockets' ``connect`` options for a link as ``s`` describes it (the trainer's, or a policy server's)."""
     options: dict[str, Any] = {
@@ -458,11 +468,13 @@ def set_tcp_timeout(ws: ClientConnection, timeout_s: float) -> None:
     Keepalive probes find a dead peer while nothing is being sent (idle after
     a third of the bound, then three probes); ``TCP_USER_TIMEOUT`` bounds how
     long sent data may stay unacknowledged. Options the platform lacks are skipped.
+    A connection that is already gone (a server that reset it right after the
+    handshake) gets none: its first read reports it lost, as any lost connection.
     """
     if timeout_s <= 0:
         return
     sock = ws.transport.get_extra_info("socket")
-    if sock is None:
+    if sock is None or ws.transport.is_closing() or sock.fileno() < 0:
         return
     idle = max(1, int(timeout_s / 3))
     interval = max(1, int(timeout_s / 6))

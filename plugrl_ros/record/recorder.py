@@ -40,6 +40,7 @@ from plugrl_ros.record import channels, schemas, writer_process
 from plugrl_ros.record.channels import Kind
 from plugrl_ros.record.drop_queue import DropQueue
 from plugrl_ros.record.settings import RecordSettings
+from plugrl_ros.thread_guard import Crash, guarded, log_crash
 
 if TYPE_CHECKING:
     # mcap is imported only where files are written, so a bridge that does not record starts
@@ -107,10 +108,15 @@ class Recorder:
         on_error: Callable[[str], None] | None = None,
         wall_clock: Callable[[], float] = time.time,
         opener: Opener | None = None,
+        on_crash: Callable[[Crash], None] = log_crash,
     ) -> None:
+        """``on_error``: told why recording stopped (a full disk, the writer process gone: the robot keeps
+        running). ``on_crash``: told if a recorder thread dies of an error nobody expected (see
+        :mod:`plugrl_ros.thread_guard`): the recording stops too, and the process is to exit."""
         assert settings.path is not None, "a Recorder needs record.path"
         self.settings = settings
         self._on_error = on_error
+        self._on_crash = on_crash
         self._wall_clock = wall_clock
         self._opener = opener  # None: write in a writer process
         # (kind, env, t_ns, payload); the queue numbers every call, dropped or not: the MCAP sequence
@@ -167,7 +173,7 @@ class Recorder:
             first = self._writer.open_first()
         except OSError as exc:
             raise RecordError(f"record.path: cannot write a recording in {self.settings.path}: {exc}") from None
-        self._threads = [threading.Thread(target=self._write_here, name="plugrl-recorder", daemon=True)]
+        self._threads = [self._thread(self._write_here, "plugrl-recorder")]
         return first
 
     def _start_process(self, stem: str) -> Path:
@@ -187,10 +193,18 @@ class Recorder:
             raise RecordError(f"record.path: cannot write a recording in {self.settings.path}: {event['failed']}")
         self._files.append(Path(event["file"]))
         self._threads = [
-            threading.Thread(target=self._forward, name="plugrl-recorder", daemon=True),
-            threading.Thread(target=self._listen, name="plugrl-recorder-reports", daemon=True),
+            self._thread(self._forward, "plugrl-recorder"),
+            self._thread(self._listen, "plugrl-recorder-reports"),
         ]
         return self._files[0]
+
+    def _thread(self, target: Callable[[], None], name: str) -> threading.Thread:
+        """A recorder thread behind the last line of defence."""
+        return threading.Thread(target=guarded(target, f"recorder ({name})", self._crashed), name=name, daemon=True)
+
+    def _crashed(self, crash: Crash) -> None:
+        self._fail(f"recording stopped: the {crash.thread} thread died ({crash.error})")
+        self._on_crash(crash)
 
     def close(self, timeout_s: float = 10.0) -> RecorderStatus:
         """Write what is queued, finish the file (its summary makes it seekable), and stop."""

@@ -83,6 +83,14 @@ class RunnerStopped(RuntimeError):
     """sample() on a runner whose run was ended by stop()."""
 
 
+class ServerDied(RuntimeError):
+    """sample() on a runner whose bridge server thread died (logged there with its traceback).
+
+    Raised rather than sampling nothing for ever: RLlib then treats the runner
+    as failed, restarts it (``restart_failed_env_runners``) or ends the run.
+    """
+
+
 @dataclass(frozen=True)
 class RobotEpisode:
     """One robot episode that ended, as the bridge counted it (else as the runner did)."""
@@ -218,6 +226,14 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 f"runner {self.worker_index}'s serving thread (serve_during_updates) has ended"
             )
 
+    def _check_server(self) -> None:
+        server = self._server
+        if server is not None and not server.listening and not self._stopped.is_set():
+            raise ServerDied(
+                f"runner {self.worker_index}'s bridge server stopped serving ({server.failure!r}; its traceback "
+                "is in the log): no robot can reach this runner"
+            )
+
     def make_module(self) -> None:
         try:
             spec: RLModuleSpec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
@@ -261,6 +277,7 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 f"runner {self.worker_index} serves no robots: with num_env_runners > 0 the remote runners do"
             )
         assert not (num_timesteps is not None and num_episodes is not None)
+        self._check_server()
         if self._time_after_sampling is not None:
             self.metrics.log_value(TIME_BETWEEN_SAMPLING, time.perf_counter() - self._time_after_sampling)
         self.metrics.log_value(WEIGHTS_SEQ_NO, self._weights_seq_no, window=1)

@@ -94,6 +94,11 @@ class BridgeServer:
     def listening(self) -> bool:
         return self._thread.alive and self._thread.error is None
 
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the server thread stopped, if it failed."""
+        return self._thread.error
+
     def close_link(self, link: int) -> None:
         """Close connection ``link`` for a resync (from any thread; nothing happens if it is gone)."""
         loop = self._loop

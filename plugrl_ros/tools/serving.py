@@ -15,6 +15,9 @@ from websockets.asyncio.server import Request, Response, Server, ServerConnectio
 
 from plugrl_ros.protocol.client import redacting_logger
 from plugrl_ros.protocol.server_auth import DEFAULT_API_KEY_ENV, ApiKeyGate, RefusalLog, ServerAccess
+from plugrl_ros.thread_guard import crash_of
+
+log = logging.getLogger("plugrl_ros.serving")
 
 R_co = TypeVar("R_co", covariant=True)
 Result = TypeVar("Result")
@@ -122,7 +125,11 @@ class TrainerThread(Generic[Result]):
             self._result.set_result(asyncio.run(main()))
         except BaseException as exc:  # hand any failure to the thread that started this one
             if not self._port.done():
-                self._port.set_exception(exc)
+                self._port.set_exception(exc)  # start() raises it: the starter hears of it at once
+            else:
+                # while serving: nobody may look at the result for a long time, so say it now, with its traceback
+                crash = crash_of(self._thread.name, exc)
+                log.error("the %s thread stopped serving: %s\n%s", crash.thread, crash.error, crash.traceback.rstrip())
             self._result.set_exception(exc)
 
     def start(self, timeout: float = 10.0) -> int:

@@ -13,7 +13,7 @@ robots is the robot side's.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from plugrl_ros.robot.status import Entry
 from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
 from plugrl_ros.rollout.timer_steps import TimerSteps
 from plugrl_ros.ros.config import BridgeConfig
+from plugrl_ros.thread_guard import Crash, log_crash
 from plugrl_ros.train.observer import TransitionObserver
 from plugrl_ros.train.rates import RateMeter
 from plugrl_ros.train.status import UplinkMeter, train_diagnostics, train_status_line
@@ -68,8 +69,10 @@ class TrainMode:
         robot: RobotSide,
         callback_group: object,
         observer: TransitionObserver | None = None,
+        on_crash: Callable[[Crash], None] = log_crash,
     ) -> None:
-        """``observer`` (the recorder, when recording) hears every transition; it never steers."""
+        """``observer`` (the recorder, when recording) hears every transition; it never steers.
+        ``on_crash``: told if the link thread dies of an error nobody expected (see :mod:`plugrl_ros.thread_guard`)."""
         self._node = node
         self.observer = observer
         self.config = config
@@ -97,7 +100,7 @@ class TrainMode:
             node.create_timer(min(period, 0.01), self._housekeeping, callback_group=callback_group, clock=steady)
         else:
             node.create_timer(period, self._on_tick, callback_group=callback_group)
-        self.link = TrainerLink(node, config.trainer, self._on_link_event, callback_group)
+        self.link = TrainerLink(node, config.trainer, self._on_link_event, callback_group, on_crash)
         # (per message, only when asked for: the line would be built on every chunk otherwise)
         self._debug = node.get_logger().is_enabled_for(LoggingSeverity.DEBUG)
 

@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed
 
 from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.client import (
     CLOSE_NORMAL,
     CLOSE_PROTOCOL_ERROR,
+    CONNECTION_FAULTS,
     ClientSettings,
     ConnectFailed,
     Notice,
@@ -169,7 +170,7 @@ class PolicyClient:
                 ws = await self._connect()
                 if ws is None:
                     return
-            except (OSError, InvalidHandshake, InvalidURI, asyncio.TimeoutError) as exc:
+            except CONNECTION_FAULTS as exc:
                 delay = self._backoff.next_delay()
                 self._emit(ConnectFailed(describe(exc), delay))
                 await self._sleep(delay)
@@ -179,7 +180,11 @@ class PolicyClient:
             self._session = PolicySession(self._expect)
             self._abort_detail = None
             self._commands = asyncio.Queue()
-            detail, code = await self._serve(ws)
+            try:
+                detail, code = await self._serve(ws)
+            except CONNECTION_FAULTS as exc:
+                # a connection may fail at any point (a reset while closing, a frame cut off): it is lost
+                detail, code = f"{close_detail(ws)} ({describe(exc)})", None
             answered = self._session.answers > 0
             self._session.closed()
             self._emit(PolicyDisconnected(self._epoch, detail, code))
