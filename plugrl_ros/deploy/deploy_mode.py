@@ -45,6 +45,7 @@ from plugrl_ros.protocol.policy.client import (
 from plugrl_ros.protocol.policy.link import PolicyLinks
 from plugrl_ros.robot.robot_side import RobotSide
 from plugrl_ros.robot.status import ERROR, OK, WARN, Entry, env_condition
+from plugrl_ros.robot.takeover import Control
 from plugrl_ros.ros.config import BridgeConfig
 from plugrl_ros.ros.wakeup import Wakeup
 
@@ -100,6 +101,7 @@ class DeployMode:
         self.ticks: deque[float] = deque(maxlen=1000)
         self._warned: dict[tuple[int, str], float] = {}  # (robot, repeating kind) -> when last logged
         self.held = [True] * n  # not stepping (paused, resetting, stale): chunks dropped, actuators idle
+        self.person_steps = [0] * n  # ticks a person commanded, per robot
         wakeup = Wakeup(node, self._deliver, callback_group, _FALLBACK_DRAIN_S)
         self.links = PolicyLinks([policy.server] * n, [expect] * n, wake=wakeup.trigger)
         node.create_timer(config.control.period_s, self._on_tick, callback_group=callback_group)
@@ -198,6 +200,10 @@ class DeployMode:
                     self._episode_ended(i, end, "terminated" if end.terminated else "truncated")
                     self._idle(i, now_ns, stamp)
                     continue
+            control = robot.control(i)
+            if control is not Control.POLICY:
+                self._person_step(i, control, now_ns, stamp)
+                continue
             self.held[i] = False
             deploy = self.robots[i]
             asked = deploy.runner.pending_request
@@ -223,6 +229,28 @@ class DeployMode:
                 self.links.abort(i, *step.abort)
                 if self.observer is not None and asked is not None:
                     self.observer.answer(i, now_ns, "abandoned", asked, detail=step.abort[1])
+
+    def _person_step(self, env: int, control: Control, now_ns: int, stamp: Any) -> None:
+        """A person commands ``env`` (or their device went silent while held: idle). The policy's chunks are
+        dropped and any answer on its way discarded, so when the person lets go the robot idles until a chunk
+        computed for an observation taken after that arrives."""
+        self._hold(env)
+        command = self.robot.person_command(env) if control is Control.PERSON else None
+        episode = self.episodes[env]
+        if command is None:
+            self._idle(env, now_ns, stamp)
+            if episode.running:
+                episode.stepped()  # the world moves on while the robot idles
+            return
+        if episode.running:
+            episode.stepped()
+        else:
+            self.robot.begin_window(env)  # the episode's rewards and done flags count from its first action
+            episode.begin()
+        self.person_steps[env] += 1
+        sent = self.robot.publish(env, command, stamp)
+        if self.observer is not None:
+            self.observer.step(env, now_ns, None, sent, command)
 
     def _idle(self, env: int, now_ns: int, stamp: Any) -> None:
         sent = self.robot.idle(env, stamp)

@@ -223,6 +223,9 @@ class ProbeChecks:
         m = len(envs)
         problems: list[str] = []
         episode = info.get("episode")
+        ended = terminated is not None and truncated is not None and bool((terminated | truncated).any())
+        if episode is None and not ended:
+            return  # other keys (a client's info["intervention"]) are legal; servers ignore what they do not know
         if not isinstance(episode, dict):
             self._rec.fail(INFO_EPISODE, f"{where}: info is not empty but has no info['episode'] map")
             return
