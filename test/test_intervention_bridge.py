@@ -12,10 +12,13 @@ import time
 
 import numpy as np
 import pytest
-from harness import STATE, bridge, bridge_params, wait_until
+from diagnostic_msgs.msg import DiagnosticArray
+from harness import STATE, bridge, bridge_params, env_status, wait_until
 from sensor_msgs.msg import Joy
 from std_msgs.msg import Float64MultiArray
 from trainer_fixture import ScriptedTrainer
+
+from plugrl_ros.record.read import array, labelled, read_all
 
 pytestmark = [pytest.mark.ros, pytest.mark.websockets_incidental, pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -29,6 +32,15 @@ def joy(axis: float, held: bool) -> Joy:
     buttons = [0] * 4
     buttons[BUTTON] = int(held)
     return Joy(axes=[0.0, axis], buttons=buttons)
+
+
+def person_share(inbox) -> tuple[str, int, str] | None:
+    """The env's (commanded by, person steps, intervention share) on the last /diagnostics while a person drove."""
+    for msg in reversed(inbox.msgs()):
+        _, _, values = env_status(msg, 0)
+        if values.get("commanded by") == "person":
+            return values["commanded by"], int(values["person steps"]), values["intervention share"]
+    return None
 
 
 def policy_values(values: list[float]) -> list[float]:
@@ -49,13 +61,13 @@ def counter_robot(robot):
     cmd = robot.listen(Float64MultiArray, "/cmd")
     pad = robot.stream(Joy, "/joy", lambda: joy(0.0, False), period_s=0.05)
     pad.on = False
-    return count, cmd, pad
+    return robot, count, cmd, pad
 
 
 def test_a_held_deadman_drives_the_robot_a_silent_device_idles_it_and_release_waits_for_a_fresh_chunk(
     tmp_path, counter_robot
 ):
-    count, cmd, pad = counter_robot
+    robot, count, cmd, pad = counter_robot
     params = bridge_params(
         "",
         observations=STATE,
@@ -75,7 +87,9 @@ def test_a_held_deadman_drives_the_robot_a_silent_device_idles_it_and_release_wa
             "max_age_s": MAX_AGE,
             "joy": {"topic": "/joy", "axes": [1], "scale": -10.0, "button": BUTTON},
         },
+        record={"path": str(tmp_path / "recording"), "flush_interval_s": 0.2},
     )
+    diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
 
     def answer(envs, steps, obs):
         del steps
@@ -122,6 +136,10 @@ def test_a_held_deadman_drives_the_robot_a_silent_device_idles_it_and_release_wa
                 assert not stale, f"a chunk computed before the release ran after it: {stale[:5]}"
 
             take_over()
+            # /diagnostics says who commands the env and the person's share of its steps
+            wait_until(lambda: person_share(diagnostics) is not None, 10, "the person on /diagnostics")
+            commanded_by, person_steps, share = person_share(diagnostics)
+            assert commanded_by == "person" and person_steps > 0 and share.endswith("%") and share != "0%"
             let_go()
 
             take_over()
@@ -145,3 +163,21 @@ def test_a_held_deadman_drives_the_robot_a_silent_device_idles_it_and_release_wa
     assert set(executed.tolist()) <= {-LIMIT, 0.0} and -LIMIT in executed and 0.0 in executed
     policy = np.concatenate([i["action"][~i["active"]] for i in intervened]).ravel()
     assert (policy[policy != 0.0] >= 1000.0).all(), "a step the policy ran is not said to be its own"
+
+    # The recording holds, at every step, whether a person commanded it and whether the policy's action ran,
+    # and the person's command (action units, before the actuator's limits) on each of theirs.
+    files = sorted((tmp_path / "recording").glob("*.mcap"))
+    flags, commands, sent = [], [], []
+    for _, recorded in read_all(files):
+        if recorded.topic == "/plugrl/env0/intervention":
+            flags.append(labelled(recorded.msg))
+        elif recorded.topic == "/plugrl/env0/person_command":
+            commands.append(array(recorded.msg).tolist())
+        elif recorded.topic.startswith("/plugrl/env0/command/"):
+            sent.append(array(recorded.msg).tolist())
+    assert len(flags) == len(sent)  # every step recorded says who commanded it (idle zero: every step sends)
+    person = [f for f in flags if f["person"]]
+    assert person and all(f["replaced"] for f in person)
+    assert len(commands) == len(person) and set(map(tuple, commands)) == {(-10.0,)}
+    assert any(f["replaced"] and not f["person"] for f in flags), "the idles while nobody could command"
+    assert any(not f["replaced"] for f in flags), "the policy's steps"

@@ -272,7 +272,7 @@ class TrainMode:
                 self._last_by_person[i] = False
                 sent = robot.idle(i, stamp)
                 if self.observer is not None:
-                    self.observer.step(i, now_ns, None, sent)
+                    self.observer.step(i, now_ns, None, sent, None, self._intervention(False, False))
 
     def _replaced(self, env: int) -> bool:
         """A person commands ``env``, or its device went silent while held, or the person let go and no chunk
@@ -296,14 +296,22 @@ class TrainMode:
         else:
             sent = robot.idle(env, stamp)
             rollout.cut(env)
-        self._last_by_person[env] = command is not None
+        person = command is not None
+        self._last_by_person[env] = person
+        intervention = self._intervention(person, True, command)
         if action is None:
             if self.observer is not None:
-                self.observer.step(env, now_ns, None, sent)
+                self.observer.step(env, now_ns, None, sent, None, intervention)
             return
-        rollout.replaced(env, robot.executed(env, action, sent), person=command is not None)
+        rollout.replaced(env, robot.executed(env, action, sent), person=person)
         self._steps.started(env, now_s)
-        self._observe_step(env, now_ns, sent)
+        self._observe_step(env, now_ns, sent, intervention)
+
+    def _intervention(
+        self, person: bool, replaced: bool, command: np.ndarray | None = None
+    ) -> tuple[bool, bool, np.ndarray | None] | None:
+        """What the recorder hears of a step with a person in the loop (None without one)."""
+        return None if self.robot.people is None else (person, replaced, command)
 
     def _start_chunks(self, envs: Sequence[int]) -> None:
         """Timer mode: a new chunk's first step goes out the moment the chunk arrives, not at the next tick."""
@@ -383,9 +391,19 @@ class TrainMode:
 
     # -- observing (the recorder hears every transition; it never steers) ------
 
-    def _observe_step(self, env: int, now_ns: int, sent: dict[str, np.ndarray | None]) -> None:
+    def _observe_step(
+        self,
+        env: int,
+        now_ns: int,
+        sent: dict[str, np.ndarray | None],
+        intervention: tuple[bool, bool, np.ndarray | None] | None = None,
+    ) -> None:
+        """A chunk step went out (``intervention``: with a person in the loop, who commanded it; default: the
+        policy)."""
         if self.observer is not None:
-            self.observer.step(env, now_ns, self.rollout.envs[env].next_step - 1, sent)
+            if intervention is None:
+                intervention = self._intervention(False, False)
+            self.observer.step(env, now_ns, self.rollout.envs[env].next_step - 1, sent, None, intervention)
 
     def _observe_chunks(self, envs: Sequence[int]) -> None:
         assert self.observer is not None
