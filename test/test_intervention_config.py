@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from plugrl_ros.params.section import ConfigError
-from plugrl_ros.ros.config import load_config
+from plugrl_ros.ros.config import check_environment, load_config
 
 pytestmark = [pytest.mark.ros]
 
@@ -80,3 +80,11 @@ def test_an_actuator_without_a_slice_cannot_take_a_persons_command():
     with pytest.raises(ConfigError, match="with interventions") as error:
         load_config({**whole, **JOY, "intervention.joy.axes": []})
     assert error.value.key == "actions.arm.slice"
+
+
+def test_teleop_mode_needs_a_persons_device_and_no_trainer():
+    with pytest.raises(ConfigError, match="mode is teleop") as error:
+        load_config({**MINIMAL, "mode": "teleop"})
+    assert error.value.key == "intervention.source"
+    config = load_config({**MINIMAL, **JOY, "mode": "teleop", "trainer.api_key_env": "NOT_SET_ANYWHERE"})
+    check_environment(config, {})  # no link: the trainer's key variable is not needed

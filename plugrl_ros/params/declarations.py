@@ -24,7 +24,7 @@ from plugrl_ros.policy.execution import MODES as POLICY_EXECUTION_MODES
 from plugrl_ros.protocol.policy.session import DEFAULT_ACTION_KEY
 
 QOS_CHOICES = ("sensor_data", "best_effort", "reliable")
-BRIDGE_MODES = ("train", "deploy")
+BRIDGE_MODES = ("train", "deploy", "teleop")
 POLICY_KEY_SEPARATORS = ("/", ".", "")
 TAKEOVER_RULES = ("button", "topic", "fresh")  # plugrl_ros.robot.takeover
 
@@ -203,7 +203,8 @@ SPECS: tuple[Spec, ...] = (
         "mode",
         "str",
         "train",
-        "train: a PlugRL trainer drives the robots; deploy: a policy server (the policy section)",
+        "train: a PlugRL trainer drives the robots; deploy: a policy server (the policy section); "
+        "teleop: a person, through the intervention section",
         choices=BRIDGE_MODES,
     ),
     Spec("trainer.uri", "str", "ws://localhost:8000", "trainer address, ws:// or wss://"),

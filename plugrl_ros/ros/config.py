@@ -172,7 +172,7 @@ class StatusConfig:
 
 @dataclass(frozen=True)
 class BridgeConfig:
-    mode: str  # train (a PlugRL trainer) or deploy (a policy server)
+    mode: str  # train (a PlugRL trainer), deploy (a policy server) or teleop (a person)
     trainer: ClientSettings
     use_reuse: bool
     text_format: str
@@ -288,6 +288,10 @@ def load_config(flat: Mapping[str, Any], used: dict[str, Any] | None = None) -> 
     if mode == "deploy" and control.mode != "timer":
         raise ConfigError("control.mode", control.mode, "deploy mode runs on the control timer: timer")
     intervention = _intervention(root.section("intervention"), control, actions) if root.has("intervention") else None
+    if mode == "teleop" and intervention is None:
+        raise ConfigError(
+            "intervention.source", MISSING, "mode is teleop: give the intervention section (the person's device)"
+        )
     root.finish()
 
     config = BridgeConfig(
@@ -322,6 +326,8 @@ def check_environment(config: BridgeConfig, environ: Mapping[str, str]) -> None:
         assert config.policy is not None
         check_policy_environment(config.policy, environ)
         return  # the trainer section is not used
+    if config.mode == "teleop":
+        return  # no link at all
     problem = config.trainer.access_problem(environ)
     if problem is None:
         return
