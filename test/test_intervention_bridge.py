@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Twist
 from harness import STATE, bridge, bridge_params, env_status, wait_until
 from sensor_msgs.msg import Joy
 from std_msgs.msg import Float64MultiArray
@@ -181,3 +182,65 @@ def test_a_held_deadman_drives_the_robot_a_silent_device_idles_it_and_release_wa
     assert len(commands) == len(person) and set(map(tuple, commands)) == {(-10.0,)}
     assert any(f["replaced"] and not f["person"] for f in flags), "the idles while nobody could command"
     assert any(not f["replaced"] for f in flags), "the policy's steps"
+
+
+def test_a_teleop_twist_in_the_actuators_own_type_takes_over_while_fresh_and_is_fed_back_as_executed(tmp_path, robot):
+    """Source actions, takeover fresh: a teleop node's Twist (the actuator's own type) is mapped back through the
+    actuator's scale into an action, shaped like the policy's (clipped), and fed back as what executed."""
+    robot.stream(Float64MultiArray, "/state", lambda: Float64MultiArray(data=[0.0]), period_s=0.02)
+    cmd = robot.listen(Twist, "/cmd_vel")
+    teleop = robot.stream(Twist, "/teleop/cmd_vel", lambda: _twist(0.25, 1.0), period_s=0.05)
+    teleop.on = False
+    params = bridge_params(
+        "",
+        observations=STATE,
+        actions={
+            "base": {
+                "topic": "cmd_vel",
+                "type": "geometry_msgs/Twist",
+                "fields": ["linear.x", "angular.z"],
+                "scale": [0.5, 2.0],
+                "min": [-0.2, -2.0],
+                "max": [0.2, 2.0],
+                "idle": "zero",
+            }
+        },
+        intervention={
+            "source": "actions",
+            "takeover": "fresh",
+            "max_age_s": 0.3,
+            "actions": {"base": "/teleop/cmd_vel"},
+        },
+    )
+    minus_one = lambda envs, steps, obs: -np.ones((5, len(envs), 2), dtype="<f4")  # noqa: E731
+
+    def sent(since: float) -> list[tuple[float, float]]:
+        return [(round(m.linear.x, 6), round(m.angular.z, 6)) for m in cmd.msgs(since)]
+
+    with ScriptedTrainer({"action_horizon": 5, "action_dim": 2}, minus_one) as trainer:
+        params["trainer"]["uri"] = trainer.uri
+        with bridge(tmp_path, params):
+            t0 = time.monotonic()
+            wait_until(lambda: sent(t0).count((-0.2, -2.0)) >= 10, 30, "the policy's command, clipped")
+            teleop.on = True
+            t_teleop = time.monotonic()
+            wait_until(lambda: sent(t_teleop).count((0.2, 1.0)) >= 15, 10, "the teleop command, clipped")
+            seen = sent(t_teleop)
+            assert set(seen[seen.index((0.2, 1.0)) :]) == {(0.2, 1.0)}
+            teleop.on = False
+            t_stop = time.monotonic()
+            wait_until(lambda: sent(t_stop).count((-0.2, -2.0)) >= 10, 10, "the policy again")
+            seen = sent(t_stop)
+            assert (0.0, 0.0) in seen[: seen.index((-0.2, -2.0))], "no idle between the teleop and the policy"
+        feedbacks = trainer.messages("feedback")
+    person = [f["data"]["info"]["intervention"] for f in feedbacks if f["data"]["info"]["intervention"]["active"].any()]
+    executed = {tuple(np.round(row.astype(np.float64), 5).tolist()) for i in person for row in i["action"][i["active"]]}
+    # the teleop's (0.25, 1.0) in action units is (0.5, 0.5); clipped to (0.2, 1.0) it executed (0.4, 0.5)
+    assert (0.4, 0.5) in executed and executed <= {(0.4, 0.5), (0.0, 0.0)}
+
+
+def _twist(linear_x: float, angular_z: float) -> Twist:
+    msg = Twist()
+    msg.linear.x = linear_x
+    msg.angular.z = angular_z
+    return msg
