@@ -117,8 +117,9 @@ def test_what_a_config_leaves_out_runs_with_the_declared_default():
         if spec.has_default:
             assert value == spec.default, key
     with_text_topic = {"observations.text.qos", "observations.text.max_age_s", "observations.text.sync"}
-    with_policy = {s.key for s in SPECS if s.key.startswith("policy.")}  # read when the section is given
-    assert {s.key for s in SPECS if "<" not in s.key and s.has_default} - with_text_topic - with_policy <= set(used)
+    # read when the section is given
+    with_section = {s.key for s in SPECS if s.key.startswith(("policy.", "intervention."))}
+    assert {s.key for s in SPECS if "<" not in s.key and s.has_default} - with_text_topic - with_section <= set(used)
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.has_default], ids=lambda s: s.key)

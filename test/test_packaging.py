@@ -32,10 +32,20 @@ def flat_params(path: Path) -> dict:
     return {name: parameter_value_to_python(value.value) for name, value in params.items()}
 
 
+# a second --params-file over a shipped config, with the -p overrides its comment gives
+OVERLAYS = {"demo_intervention.yaml": ("demo.yaml", {"control.mode": "timer"})}
+
+
 @pytest.mark.parametrize("name", SHIPPED_CONFIGS)
 def test_every_shipped_config_is_valid(name):
-    config = load_config(flat_params(ROOT / "config" / name))
+    params = flat_params(ROOT / "config" / name)
+    if name in OVERLAYS:
+        base, overrides = OVERLAYS[name]
+        params = {**flat_params(ROOT / "config" / base), **overrides, **params}
+    config = load_config(params)
     assert config.actions and (config.images or config.states)
+    if name in OVERLAYS:
+        assert config.intervention is not None
 
 
 def test_a_shipped_config_with_a_typo_fails_naming_the_key(tmp_path):

@@ -46,7 +46,8 @@ from plugrl_ros.protocol.policy.client import (
 )
 from plugrl_ros.protocol.policy.link import PolicyLinks
 from plugrl_ros.robot.robot_side import RobotSide
-from plugrl_ros.robot.status import ERROR, OK, WARN, Entry, env_condition
+from plugrl_ros.robot.status import ERROR, OK, WARN, Entry, env_condition, person_values, share
+from plugrl_ros.robot.takeover import Control
 from plugrl_ros.ros.config import BridgeConfig
 from plugrl_ros.ros.wakeup import Wakeup
 from plugrl_ros.thread_guard import Crash, log_crash
@@ -109,6 +110,10 @@ class DeployMode:
         self.ticks: deque[float] = deque(maxlen=1000)
         self._warned: dict[tuple[int, str], float] = {}  # (robot, repeating kind) -> when last logged
         self.held = [True] * n  # not stepping (paused, resetting, stale): chunks dropped, actuators idle
+        self.person_steps = [0] * n  # ticks a person commanded, per robot
+        self.commanded_ticks = [0] * n  # ticks the policy or a person commanded (not paused, resetting, stale)
+        # what the recorder hears of a step the policy (or its idle) commanded, with a person in the loop
+        self._policy_step = None if robot.people is None else (False, False, None)
         wakeup = Wakeup(node, self._deliver, callback_group, _FALLBACK_DRAIN_S)
         self.links = PolicyLinks([policy.server] * n, [expect] * n, wake=wakeup.trigger, on_crash=on_crash)
         node.create_timer(config.control.period_s, self._on_tick, callback_group=callback_group)
@@ -207,6 +212,11 @@ class DeployMode:
                     self._episode_ended(i, end, "terminated" if end.terminated else "truncated")
                     self._idle(i, now_ns, stamp)
                     continue
+            self.commanded_ticks[i] += 1
+            control = robot.control(i)
+            if control is not Control.POLICY:
+                self._person_step(i, control, now_ns, stamp)
+                continue
             self.held[i] = False
             deploy = self.robots[i]
             asked = deploy.runner.pending_request
@@ -223,7 +233,7 @@ class DeployMode:
                     episode.begin()
                 sent = robot.publish(i, step.action, stamp)
                 if self.observer is not None:
-                    self.observer.step(i, now_ns, deploy.runner.row, sent, step.action)
+                    self.observer.step(i, now_ns, deploy.runner.row, sent, step.action, self._policy_step)
             if step.request is not None:
                 self.links.request(i, step.request.epoch, step.request.observation, step.request.tag)
                 if self.observer is not None:
@@ -233,10 +243,34 @@ class DeployMode:
                 if self.observer is not None and asked is not None:
                     self.observer.answer(i, now_ns, "abandoned", asked, detail=step.abort[1])
 
+    def _person_step(self, env: int, control: Control, now_ns: int, stamp: Any) -> None:
+        """A person commands ``env`` (or their device went silent while held: idle). The policy's chunks are
+        dropped and any answer on its way discarded, so when the person lets go the robot idles until a chunk
+        computed for an observation taken after that arrives."""
+        self._hold(env)
+        command = self.robot.person_command(env) if control is Control.PERSON else None
+        episode = self.episodes[env]
+        if command is None:
+            sent = self.robot.idle(env, stamp)
+            if self.observer is not None:
+                self.observer.step(env, now_ns, None, sent, None, (False, True, None))
+            if episode.running:
+                episode.stepped()  # the world moves on while the robot idles
+            return
+        if episode.running:
+            episode.stepped()
+        else:
+            self.robot.begin_window(env)  # the episode's rewards and done flags count from its first action
+            episode.begin()
+        self.person_steps[env] += 1
+        sent = self.robot.publish(env, command, stamp)
+        if self.observer is not None:
+            self.observer.step(env, now_ns, None, sent, command, (True, True, command))
+
     def _idle(self, env: int, now_ns: int, stamp: Any) -> None:
         sent = self.robot.idle(env, stamp)
         if self.observer is not None:
-            self.observer.step(env, now_ns, None, sent)
+            self.observer.step(env, now_ns, None, sent, None, self._policy_step)
 
     def _hold(self, env: int) -> None:
         if not self.held[env]:
@@ -369,6 +403,14 @@ class DeployMode:
                 f"{prefix}: env {io.index} ({self._env_name(io.index)})",
                 values={**episode_values(episode, io.reset.total_failures), **deploy.runner.stats().values()},
             )
+            if self.robot.people is not None:
+                entry.values.update(
+                    person_values(
+                        self.robot.control(io.index).value,
+                        self.person_steps[io.index],
+                        self.commanded_ticks[io.index],
+                    )
+                )
             condition = env_condition(io, self.robot.paused, now_ns, time.monotonic())
             if condition is not None:
                 entry.level, entry.message = condition
@@ -386,6 +428,11 @@ class DeployMode:
         connected = sum(deploy.epoch is not None for deploy in self.robots)
         robots = "; ".join(
             f"{self._env_name(i)}: {deploy.runner.stats().summary()}{episode_summary(self.episodes[i])}"
+            + (
+                ""
+                if self.robot.people is None
+                else f", person share {share(self.person_steps[i], self.commanded_ticks[i])}"
+            )
             for i, deploy in enumerate(self.robots)
         )
         return f"policy server {connected}/{len(self.robots)} connected | {self.achieved_rate():.1f} Hz | {robots}" + (

@@ -2,7 +2,7 @@
 
 A composition only: parameters -> config (:mod:`plugrl_ros.ros.node_parameters`),
 the robot side every mode drives (:class:`plugrl_ros.robot.robot_side.RobotSide`),
-the mode with its link and stepping rule (train or deploy, behind the one interface of
+the mode with its link and stepping rule (train, deploy or teleop, behind the one interface of
 :mod:`plugrl_ros.node.mode`), and the status it reports (:mod:`plugrl_ros.node.diagnostics`).
 The process around it (signals, allocator, spin loop) is :mod:`plugrl_ros.node.process`.
 All callbacks run on one single-threaded executor, so nothing needs locks.
@@ -30,12 +30,13 @@ from plugrl_ros.record.recorder import Recorder
 from plugrl_ros.robot.robot_side import WAITING_FOR_CLOCK, RobotSide
 from plugrl_ros.ros.config import BridgeConfig, check_environment
 from plugrl_ros.ros.node_parameters import configure
+from plugrl_ros.teleop.teleop_mode import TeleopMode
 from plugrl_ros.thread_guard import EXIT_CRASHED, Crash
 from plugrl_ros.train.train_mode import TrainMode
 
 NODE_NAME = "plugrl_bridge"
 # config.mode -> the mode that drives the robots
-MODES = {"train": TrainMode, "deploy": DeployMode}
+MODES = {"train": TrainMode, "deploy": DeployMode, "teleop": TeleopMode}
 
 
 class BridgeNode(Node):

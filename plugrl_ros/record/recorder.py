@@ -37,7 +37,7 @@ import numpy as np
 
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.record import channels, schemas, writer_process
-from plugrl_ros.record.channels import Kind
+from plugrl_ros.record.channels import Intervention, Kind
 from plugrl_ros.record.drop_queue import DropQueue
 from plugrl_ros.record.settings import RecordSettings
 from plugrl_ros.thread_guard import Crash, guarded, log_crash
@@ -285,17 +285,23 @@ class Recorder:
         chunk_step: int | None,
         commanded: Mapping[str, np.ndarray | None],
         applied: np.ndarray | None = None,
+        intervention: Intervention | None = None,
     ) -> None:
         """One control step: which chunk step ran (None: the idle behaviour) and what each sink published.
 
         ``commanded`` maps a sink's name to the values published after shaping, or None when it
         published nothing. ``applied`` (deploy mode) is the action the step applied before shaping,
         when it is not simply row ``chunk_step`` of the last chunk (a blend of several chunks).
+        ``intervention`` (with a person in the loop): whether a person commanded the step, whether the
+        policy's action was replaced (by the person's command, or by an idle while the robot waited for a
+        chunk that fits its state), and the person's command (action units, before shaping).
         """
         size = _SMALL + sum(v.nbytes for v in commanded.values() if v is not None)
         if applied is not None:
             size += applied.nbytes
-        self._put(Kind.STEP, env, t_ns, (chunk_step, dict(commanded), applied), size)
+        if intervention is not None and intervention[2] is not None:
+            size += intervention[2].nbytes
+        self._put(Kind.STEP, env, t_ns, (chunk_step, dict(commanded), applied, intervention), size)
 
     def answer(
         self,

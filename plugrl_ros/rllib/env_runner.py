@@ -129,7 +129,14 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         self.module: RLModule | None = None
         self.make_module()
         self._module_to_env = self.config.build_module_to_env_connector(spaces=self._input_spaces())
-        self._policy = PolicyPass(self.module, self._env_to_module, self._module_to_env, action_space, self.metrics)
+        self._policy = PolicyPass(
+            self.module,
+            self._env_to_module,
+            self._module_to_env,
+            action_space,
+            self.metrics,
+            normalize_actions=self.config.normalize_actions,
+        )
         self._weights_seq_no = 0
         self._done_episodes_for_metrics: list[SingleAgentEpisode] = []
         self._ongoing_episodes_for_metrics: defaultdict[EpisodeID, list[SingleAgentEpisode]] = defaultdict(list)

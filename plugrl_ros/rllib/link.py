@@ -40,6 +40,7 @@ from plugrl_ros.protocol.server_auth import ServerAccess
 from plugrl_ros.protocol.server_messages import Feedback, Infer, episode_counts
 from plugrl_ros.protocol.trainer_connection import ServerPhase, TrainerConnection
 from plugrl_ros.rllib.events import Answer, Closed, Connected, Event, FedBack, Inferred
+from plugrl_ros.rllib.interventions import intervention_rows
 from plugrl_ros.rllib.link_figures import LinkFigures
 from plugrl_ros.rllib.observations import ObservationReader
 from plugrl_ros.tools.serving import TrainerThread, serve_trainer
@@ -214,6 +215,7 @@ class BridgeServer:
             message.terminated,
             message.truncated,
             episode_counts(message.info, message.terminated | message.truncated),
+            intervention_rows(message.info, m, int(self.metadata["action_horizon"]), int(self.metadata["action_dim"])),
         )
 
 
