@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -28,6 +28,7 @@ from plugrl_ros.robot.robot_side import RobotSide
 from plugrl_ros.robot.status import OK, WARN, Entry, env_condition, person_values, share
 from plugrl_ros.robot.takeover import Control
 from plugrl_ros.ros.config import BridgeConfig
+from plugrl_ros.thread_guard import Crash
 
 EXIT_OK = 0
 
@@ -61,7 +62,10 @@ class TeleopMode:
         robot: RobotSide,
         callback_group: object,
         observer: TeleopObserver | None = None,
+        on_crash: Callable[[Crash], None] | None = None,
     ) -> None:
+        """``on_crash`` is taken as every mode takes it; teleop runs no thread of its own to guard."""
+        del on_crash
         assert config.intervention is not None and config.control.mode == "timer" and robot.people is not None
         self._node = node
         self.config = config
