@@ -226,8 +226,11 @@ def test_link_events_hold_the_connects_the_server_s_traceback_and_its_close(reco
     close = events[failed + 1]
     assert close[0] == "close" and close[1]["code"] == 1011 and close[1]["dropped_envs"] == [0], close
     assert kinds[failed + 2 : failed + 4] == ["connect", "metadata"]
-    counts = events[-1]
-    assert counts[0] == "counts" and counts[1]["env"] == 0  # the runner's own counters, at the end
+    # the bridge was stopped by SIGINT: the runner's own counters, then its connection's close with 1000
+    counts, close = events[-2:]
+    assert counts[0] == "counts" and counts[1]["env"] == 0, events[-2:]
+    assert close[0] == "close" and close[1]["code"] == 1000 and close[1]["env"] == 0, close
+    assert close[1]["epoch"] == counts[1]["epoch"] == kinds.count("connect"), events[-2:]
     steps = steps_of(records)
     assert counts[1]["steps"] == sum(not s["idle"] for s in steps)
     assert counts[1]["chunks"] == sum(r.msg.message == "applied" for r in of(records, "answer"))

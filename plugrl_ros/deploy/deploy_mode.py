@@ -116,6 +116,9 @@ class DeployMode:
                 self.observer.link_event(now_ns, "counts", deploy.epoch or 0, detail={"env": i, **counts})
         self.links.stop()
         self.links.join(self.config.policy.server.open_timeout_s + 1.0)
+        # The executor no longer spins: each connection's close is handled here, so the recording and the log
+        # end with it. Answers are dropped: the actuators are idle for good.
+        self._deliver(only=(PolicyConnected, PolicyDisconnected))
 
     def on_input(self, env: int) -> None:
         """Timer mode: a message only updates the env's sources, read at the next tick."""
@@ -137,9 +140,13 @@ class DeployMode:
 
     # -- policy link events ---------------------------------------------------
 
-    def _deliver(self) -> None:
+    def _deliver(self, only: tuple[type, ...] | None = None) -> None:
+        """Hand the links' events to each robot's runner, the recording and the log (``only``: of these kinds;
+        the others are dropped)."""
         log = self._node.get_logger()
         for index, event in self.links.drain():
+            if only is not None and not isinstance(event, only):
+                continue
             deploy = self.robots[index]
             if self.observer is not None:
                 current, planned = deploy.epoch, deploy.runner.planned()
