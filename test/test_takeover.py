@@ -6,6 +6,9 @@ import pytest
 
 from plugrl_ros.robot.takeover import Control, Takeover
 
+# takeover reads its rule names from the parameter declarations, which build rcl descriptors
+pytestmark = pytest.mark.ros
+
 MAX_AGE = 0.2
 PERIOD = 0.05  # a device publishing at 20 Hz
 

@@ -130,6 +130,9 @@ class DeployMode:
                 self.observer.link_event(now_ns, "counts", deploy.epoch or 0, detail={"env": i, **counts})
         self.links.stop()
         self.links.join(self.config.policy.server.open_timeout_s + 1.0)
+        # The executor no longer spins: each connection's close is handled here, so the recording and the log
+        # end with it. Answers are dropped: the actuators are idle for good.
+        self._deliver(stopping=True)
 
     def on_input(self, env: int) -> None:
         """Timer mode: a message only updates the env's sources, read at the next tick."""
@@ -151,9 +154,13 @@ class DeployMode:
 
     # -- policy link events ---------------------------------------------------
 
-    def _deliver(self) -> None:
+    def _deliver(self, stopping: bool = False) -> None:
+        """Hand the links' events to each robot's runner, the recording and the log (``stopping``: the bridge
+        closed the links; only connects and closes are taken, and a close is no loss)."""
         log = self._node.get_logger()
         for index, event in self.links.drain():
+            if stopping and not isinstance(event, PolicyConnected | PolicyDisconnected):
+                continue
             deploy = self.robots[index]
             if self.observer is not None:
                 current, planned = deploy.epoch, deploy.runner.planned()
@@ -161,6 +168,9 @@ class DeployMode:
             if self.observer is not None:
                 self._observe_event(index, event, current, planned)
             if note is None:
+                continue
+            if stopping and isinstance(event, PolicyDisconnected):
+                log.info(f"[{self._env_name(index)}] policy server connection closed ({event.detail})")
                 continue
             text = f"[{self._env_name(index)}] {note.text}"
             if note.level == "error":

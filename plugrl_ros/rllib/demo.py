@@ -4,7 +4,7 @@ The same robots, bridge config (``config/demo.yaml``), progress line and plot
 as the demo trainer; the trainer is RLlib's PPO with a
 :class:`~plugrl_ros.rllib.env_runner.PlugRLEnvRunner` as its only EnvRunner
 (``num_env_runners=0``: the local runner samples and listens). The config is
-what a user writes for their own robot (README, "Training with RLlib"), tuned
+what a user writes for their own robot (docs/rllib.md, "The config you write for your robot"), tuned
 for this task: one RL step per control step (H = 1), observations flattened
 and normalised by RLlib's own connectors, a discount of 0.9 per step. Ray
 starts here with the two CPUs a small machine has, and the learner runs on
@@ -71,7 +71,7 @@ def local_ppo(
 
 
 def demo_config(params_file: str | Path, *, port: int, seed: int = 0, host: str = "127.0.0.1") -> Any:
-    """The PPO config that trains the demo reachers: the example of README's "Training with RLlib"."""
+    """The PPO config that trains the demo reachers: the example of docs/rllib.md."""
     from plugrl_ros.rllib import RunnerSettings, chunk_gamma, robot_spaces
 
     # the policy reads the states; the bridge also sends the camera, which the runner ignores

@@ -115,6 +115,11 @@ class TrainMode:
         """Close the trainer connection with 1000 (after the robot side idled the actuators)."""
         self.link.stop()
         self.link.join(self.config.trainer.close_timeout_s + 1.0)
+        # The executor no longer spins: the close is handled here, so the recording and the log end with it.
+        # Frames are dropped: the actuators are idle for good.
+        for event in self.link.undelivered():
+            if isinstance(event, Connected | Disconnected):
+                self._on_link_event(event)
 
     def on_pause(self, paused: bool) -> None:
         """The robot side paused or resumed the robots: running episodes are truncated."""

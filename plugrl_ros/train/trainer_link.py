@@ -84,6 +84,17 @@ class TrainerLink:
         while self._events:
             self._on_event(self._events.popleft())
 
+    def undelivered(self) -> list[LinkEvent]:
+        """The events the executor has not delivered, oldest first, taken from the queue.
+
+        After :meth:`join` at shutdown the executor no longer spins, so the link's last events (its close)
+        would never reach ``on_event`` otherwise.
+        """
+        events = []
+        while self._events:
+            events.append(self._events.popleft())
+        return events
+
     def _call(self, fn: Callable[..., object], *args: object) -> None:
         if self._loop.is_closed():
             return  # the client has finished; there is nobody to tell
