@@ -1,0 +1,89 @@
+"""A training run survives its driver's crash: SIGKILL, restart from the last checkpoint, the same bridge reconnects.
+
+Real processes: the demo robot node, a bridge with the shipped config/demo.yaml,
+and an RLlib driver (test/rllib_driver.py: the demo's PPO through a PlugRL runner,
+a checkpoint after every iteration) that is killed with SIGKILL mid-run and
+started again with the same command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray.rllib")
+
+from harness import Child, process, ros_env
+from test_rllib_bridge import bridge, reserved_ports, robot
+
+pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow]
+
+HERE = Path(__file__).resolve().parent
+ITERATIONS_BEFORE_KILL = 3
+LINE_WAIT_S = 180.0  # a hang guard: a driver builds its algorithm and trains an iteration well within this
+
+
+def lines(child: Child) -> list[dict]:
+    return [json.loads(line) for line in child.output().splitlines() if line.startswith('{"event"')]
+
+
+def wait_for_line(child: Child, predicate, what: str) -> dict:
+    from harness import wait_until
+
+    def found():
+        assert child.proc.poll() is None, f"the driver exited ({child.proc.returncode}):\n{child.output()[-4000:]}"
+        return next((line for line in lines(child) if predicate(line)), None)
+
+    return wait_until(found, LINE_WAIT_S, what)
+
+
+def test_a_killed_driver_resumes_from_its_last_checkpoint_and_the_bridge_reconnects_by_itself(tmp_path: Path):
+    with reserved_ports(1) as port:
+        _run(port, tmp_path / "checkpoints")
+
+
+def _run(port: int, folder: Path) -> None:
+    driver = [sys.executable, str(HERE / "rllib_driver.py"), str(port), str(folder)]
+    env = dict(ros_env(), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    with process(robot(1)), process(bridge("bridge_restart", port, ["reacher0"])) as bridged:
+        first = Child(driver, env, session=True)
+        try:
+            fresh = wait_for_line(first, lambda line: line["event"] == "built", "the first driver's algorithm")
+            last = wait_for_line(
+                first,
+                lambda line: line["event"] == "iteration" and line["iteration"] >= ITERATIONS_BEFORE_KILL,
+                f"{ITERATIONS_BEFORE_KILL} iterations, each checkpointed",
+            )
+            os.kill(first.proc.pid, signal.SIGKILL)  # the driver crashes (Ray's own processes are its group's)
+            first.proc.wait(30)
+        finally:
+            first.stop()
+        before = [line for line in lines(first) if line["event"] == "iteration"]
+        last = before[-1]  # a later iteration may have finished before the kill landed
+        assert Path(last["checkpoint"]).is_dir()
+        assert bridged.proc.poll() is None, bridged.output()  # the bridge outlives the driver, holding the robot
+
+        second = Child(driver, env, session=True)
+        try:
+            restored = wait_for_line(second, lambda line: line["event"] == "restored", "the restore")
+            after = wait_for_line(second, lambda line: line["event"] == "iteration", "an iteration after the restore")
+            print(json.dumps({"before": before, "restored": restored, "after": after}, indent=1))
+            second.stop()  # SIGINT: the driver ends its run, the bridge is told plugrl-server-stop
+        finally:
+            second.stop()
+        code = bridged.proc.wait(60)
+    # the restore is the checkpoint: the learner's and the runner's weights, the MeanStdFilter's statistics
+    assert restored["checkpoint"] == last["checkpoint"] and restored["iteration"] == last["iteration"]
+    for part in ("learner", "runner", "filter"):
+        assert restored[part] == last[part], part
+    assert restored["learner"] != fresh["learner"]  # trained weights, not a fresh start
+    # the run goes on from there: the next iteration, RLlib's step count continued, the same robot stepping again
+    assert after["iteration"] == last["iteration"] + 1
+    assert after["lifetime_steps"] > last["lifetime_steps"]
+    assert after["episodes"] > 0, "the bridge did not reconnect to the restarted driver"
+    assert code == 0, bridged.output()  # and it left when the restarted run ended, as a run's end says
