@@ -24,7 +24,7 @@ from test_rllib_bridge import bridge, reserved_ports, robot
 pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
-ITERATIONS_BEFORE_KILL = 3
+ITERATIONS_BEFORE_KILL = 2
 LINE_WAIT_S = 180.0  # a hang guard: a driver builds its algorithm and trains an iteration well within this
 
 

@@ -31,6 +31,16 @@ class LearnedPolicy:
     server: str  # the executable, for the terminal
     command: list[str]
 
+    @property
+    def execution(self) -> str:
+        """How the deploy-mode bridge runs its chunks (``policy.execution.mode``).
+
+        A chunk of one step is for the tick its observation was taken: any
+        latency makes it late, and asynchronous execution drops a late step.
+        The robot then waits for each action (``sync``), as it did in training.
+        """
+        return "sync" if self.horizon == 1 else "switch"
+
 
 def policy_server_command(policy: str, horizon: int) -> list[str]:
     """``plugrl-test-policy-server`` serving the learned linear policy on a free port."""

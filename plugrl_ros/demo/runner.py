@@ -7,7 +7,8 @@ start it. Their logs go to files under the output directory; the terminal
 shows one progress line, fed by the trainer's statistics and the bridge's
 ``/diagnostics``. The trainer ends the run after ``--duration`` seconds, the
 bridge then exits by itself. Then the demo deploys what was learned:
-``plugrl-test-policy-server --linear`` serves ``policy.npz`` and the same
+``plugrl-test-policy-server --linear`` serves the demo trainer's ``policy.npz``
+(``plugrl-policy-server --rllib`` the RLlib trainer's checkpoint) and the same
 bridge config, in ``mode: deploy``, drives the same robots for
 ``--deploy-duration`` seconds; the bridge's /diagnostics count the deployed
 policy's episodes and returns. The demo writes ``summary.json``,
@@ -245,7 +246,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=("demo", "rllib"),
         default="demo",
         help="demo: the small local trainer (default); rllib: RLlib's PPO through a PlugRL EnvRunner "
-        "(needs the rllib extra: scripts/setup-venv.sh .venv kilted '' rllib); no deploy step",
+        "(needs the rllib extra: scripts/setup-venv.sh .venv kilted '' rllib); its checkpoint is then deployed "
+        "with plugrl-policy-server --rllib",
     )
     p.add_argument(
         "--record",
@@ -290,13 +292,16 @@ def bridge_command(args: argparse.Namespace, config: Path, port: int) -> list[st
     return command
 
 
-def deploy_bridge_command(args: argparse.Namespace, config: Path, port: int, horizon: int) -> list[str]:
+def deploy_bridge_command(
+    args: argparse.Namespace, config: Path, port: int, horizon: int, execution: str = "switch"
+) -> list[str]:
     """The bridge in deploy mode: the same config and robots, a policy server instead of the trainer."""
     envs = ", ".join(f"'{namespace(i)}'" for i in range(args.envs))
     overrides = {
         "mode": "deploy",
         "policy.uri": f"ws://127.0.0.1:{port}",
         "policy.action_horizon": str(horizon),
+        "policy.execution.mode": execution,
         "envs": f"[{envs}]",
         "control.mode": "timer",  # deploy mode runs on the control timer; a lockstep robot steps per command
         "control.rate_hz": repr(float(args.rate)),
@@ -518,7 +523,7 @@ class DemoRun:
         try:
             port = self._server_port(server)
             if port is not None:
-                command = deploy_bridge_command(args, config, port, horizon)
+                command = deploy_bridge_command(args, config, port, horizon, policy.execution)
                 bridge = _Child("deploy bridge", command, self.logs / "deploy_bridge.log")
                 try:
                     status = self._watch_deploy(bridge, server, robot, watch, progress)
@@ -537,7 +542,7 @@ class DemoRun:
             self.failure = f"no episode completed in deploy mode; see {self.logs / 'deploy_bridge.log'}"
         result: dict[str, Any] = {
             "duration_s": args.deploy_duration,
-            "execution": "switch",
+            "execution": policy.execution,
             "policy_server": policy.server,
             "episodes": status.episodes if status else 0,
             "mean_return": None if status is None or status.mean_return is None else round(status.mean_return, 3),

@@ -35,6 +35,7 @@ import numpy as np
 from plugrl_ros.rllib.chunks import ChunkMapping
 
 CHECKPOINT_INFO = "rllib_checkpoint.json"  # RLlib writes it at the top of every checkpoint
+PART_INFO = "metadata.json"  # what RLlib writes into the folder of each part (module, learner, runner, ...)
 ALGORITHM_STATE = "algorithm_state"
 NEW_API_STACK_VERSION = 2  # checkpoint_version 2.x: RLModules, Learners, EnvRunners and connectors (Checkpointable)
 # where the parts are, below an Algorithm checkpoint (RLlib 2.60's layout; new API stack)
@@ -63,6 +64,11 @@ def checkpoint_parts(path: str | Path, module_id: str = "default_policy") -> Che
     if not root.is_dir():
         raise CheckpointError(f"{root}: no such folder; expected {expected}")
     info_file = root / CHECKPOINT_INFO
+    if not info_file.is_file() and (root / PART_INFO).is_file():
+        raise CheckpointError(
+            f"{root}: an RLlib checkpoint of a part (it has a {PART_INFO}, no {CHECKPOINT_INFO}), not of an "
+            f"Algorithm; give the folder above it that holds {CHECKPOINT_INFO}"
+        )
     if not info_file.is_file():
         raise CheckpointError(f"{root}: not an RLlib checkpoint (it has no {CHECKPOINT_INFO}); expected {expected}")
     try:
@@ -77,7 +83,8 @@ def checkpoint_parts(path: str | Path, module_id: str = "default_policy") -> Che
             f"expected {expected}"
         )
     version = str(info.get("checkpoint_version", ""))
-    if not version.split(".")[0].isdigit() or int(version.split(".")[0]) < NEW_API_STACK_VERSION:
+    major = version.partition(".")[0]
+    if not major.isdigit() or int(major) < NEW_API_STACK_VERSION:
         raise CheckpointError(
             f"{root}: an RLlib checkpoint of version {version or 'unknown'}, from RLlib's old API stack; "
             f"the server reads checkpoints of version {NEW_API_STACK_VERSION}.x and later (RLlib's new API stack)"
@@ -151,10 +158,10 @@ class CheckpointPolicy:
 
 def load_checkpoint_policy(path: str | Path, module_id: str = "default_policy") -> CheckpointPolicy:
     """Load the RLModule and connectors of the Algorithm checkpoint at ``path`` (CheckpointError if it is not one)."""
+    parts = checkpoint_parts(path, module_id)  # before Ray is imported: a wrong path is refused at once
     from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    parts = checkpoint_parts(path, module_id)
     module = RLModule.from_checkpoint(parts.module)
     if module.is_stateful():
         raise CheckpointError(
