@@ -14,6 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("ray.rllib")
@@ -87,3 +88,56 @@ def _run(port: int, folder: Path) -> None:
     assert after["lifetime_steps"] > last["lifetime_steps"]
     assert after["episodes"] > 0, "the bridge did not reconnect to the restarted driver"
     assert code == 0, bridged.output()  # and it left when the restarted run ended, as a run's end says
+
+
+def test_rllibs_three_checkpoint_apis_carry_the_runners_filter_statistics_and_weights(tmp_path: Path):
+    """save_to_path, restore_from_path and Algorithm.from_checkpoint, on an algorithm whose runner is a PlugRL one."""
+    from ray.rllib.algorithms.algorithm import Algorithm
+    from ray.rllib.core import COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_RL_MODULE
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+    from rllib_driver import CONFIG, digest
+
+    from plugrl_ros.rllib.demo import demo_config
+
+    built = []
+    try:
+        trained = demo_config(CONFIG, port=0, seed=1).build_algo()
+        built.append(trained)
+        runner = trained.env_runner
+        rng = np.random.default_rng(0)
+        for _ in range(20):  # the filter's statistics see observations, as from a robot (the runner's own pass)
+            episode = SingleAgentEpisode(observation_space=runner.observation_space, action_space=runner.action_space)
+            episode.add_env_reset(
+                {"states": {k: rng.normal(2.0, 3.0, 4).astype(np.float32) for k in ("joints", "target")}}
+            )
+            runner._policy.prepare([episode], explore=True)
+        saved = trained.save_to_path(tmp_path / "checkpoint")
+        expected = runner.get_state()
+
+        fresh = demo_config(CONFIG, port=0, seed=2).build_algo()
+        built.append(fresh)
+        assert digest(fresh.env_runner.get_state()[COMPONENT_ENV_TO_MODULE_CONNECTOR]) != digest(
+            expected[COMPONENT_ENV_TO_MODULE_CONNECTOR]
+        )
+        fresh.restore_from_path(saved)
+        loaded = Algorithm.from_checkpoint(saved)
+        built.append(loaded)
+        for algo in (fresh, loaded):
+            state = algo.env_runner.get_state()
+            for part in (COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_RL_MODULE):
+                assert digest(state[part]) == digest(expected[part]), part
+    finally:
+        for algo in built:
+            algo.stop()
+
+
+def test_the_latest_checkpoint_is_the_highest_complete_one(tmp_path: Path):
+    from plugrl_ros.rllib.checkpoints import latest_checkpoint
+
+    assert latest_checkpoint(tmp_path) is None
+    for name in ("checkpoint_000002", "checkpoint_000010", "checkpoint_000011.partial", "checkpoint_000012"):
+        (tmp_path / name).mkdir()
+    for name in ("checkpoint_000002", "checkpoint_000010", "checkpoint_000011.partial"):
+        (tmp_path / name / "rllib_checkpoint.json").write_text("{}")
+    # 12 was never completed (no rllib_checkpoint.json), 11 was being written when its driver died
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint_000010"

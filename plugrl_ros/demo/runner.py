@@ -696,6 +696,8 @@ class DemoRun:
         lines.append(f"  summary: {paths['summary.json']}; episodes: {paths['episodes.csv']}; logs: {self.logs}/")
         if "policy.npz" in paths:
             lines.append(f"  learned policy (W, b of its mean action): {paths['policy.npz']}")
+        if "checkpoint" in paths:
+            lines.append(f"  RLlib checkpoint (plugrl-policy-server --rllib serves it): {paths['checkpoint']}")
         if "recording" in paths:
             lines.append(f"  recording: {paths['recording']} (summary: plugrl-record-info {paths['recording']})")
         if summary.get("failure"):
