@@ -9,7 +9,6 @@ MeanStdFilter whose statistics have seen observations), saved with RLlib's
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -224,9 +223,9 @@ def test_the_horizon_given_must_fit_the_checkpoints_actions(checkpoint):
 def test_the_server_is_registered_as_an_executable():
     from plugrl_ros import executables
 
-    assert executables.EXECUTABLES["plugrl-policy-server"] == "plugrl_ros.rllib.policy_server"
+    assert executables.EXECUTABLES["plugrl-policy-server"] == "plugrl_ros.tools.rllib_policy_server"
     shown = subprocess.run(
-        [sys.executable, "-m", "plugrl_ros.rllib.policy_server", "--help"],
+        python_module("plugrl_ros.tools.rllib_policy_server", "--help"),
         capture_output=True,
         text=True,
         timeout=WAIT_S,

@@ -54,7 +54,7 @@ def policy_server_command(policy: str, horizon: int) -> list[str]:
 def rllib_policy_server_command(checkpoint: str, config: Path) -> list[str]:
     """``plugrl-policy-server --rllib`` serving the checkpoint's policy on a free port, keys from ``config``."""
     return executables.command(
-        "plugrl_ros.rllib.policy_server", "--rllib", checkpoint, "--config", str(config), "--port", "0"
+        "plugrl_ros.tools.rllib_policy_server", "--rllib", checkpoint, "--config", str(config), "--port", "0"
     )
 
 
