@@ -73,6 +73,7 @@ def reserved_ports(count: int) -> Iterator[int]:
     raise AssertionError("no block of free ports")
 
 
+@pytest.mark.timeout(480)  # 150 s of training, Ray's start, then the deploy step: past the suite's 300 s per test
 def test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge(tmp_path: Path):
     """The README's command: PPO's mean return over the last tenth of the episodes beats the first tenth's; then
     plugrl-policy-server --rllib serves the run's checkpoint to the same robots in deploy mode."""
@@ -82,7 +83,7 @@ def test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge(tmp_p
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        out, _ = proc.communicate(timeout=420)
+        out, _ = proc.communicate(timeout=460)
     finally:
         stop(proc)
     assert proc.returncode == 0, out

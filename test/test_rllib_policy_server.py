@@ -22,7 +22,7 @@ from harness import ROOT, process, python_module, wait_until
 from plugrl_ros.protocol import codec
 from plugrl_ros.protocol.policy.session import Chunk, Expectation, PolicySession
 
-pytestmark = [pytest.mark.rllib, pytest.mark.websockets, pytest.mark.slow]
+pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow]
 
 DEMO = ROOT / "config" / "demo.yaml"
 WAIT_S = 60.0  # a hang guard: the server imports torch and Ray and loads the checkpoint within this

@@ -43,6 +43,7 @@ def wait_for_line(child: Child, predicate, what: str) -> dict:
     return wait_until(found, LINE_WAIT_S, what)
 
 
+@pytest.mark.timeout(420)  # two drivers start Ray and build PPO: 1-2 minutes on a quiet 2-core machine
 def test_a_killed_driver_resumes_from_its_last_checkpoint_and_the_bridge_reconnects_by_itself(tmp_path: Path):
     with reserved_ports(1) as port:
         _run(port, tmp_path / "checkpoints")
