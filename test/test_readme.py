@@ -62,7 +62,7 @@ EXERCISED = {
     "ros2 topic info -v": "not here: ros2cli is not on PyPI; a standard ROS 2 tool the troubleshooting table points to",
     "source scripts/env.sh": PIP_BRIDGE,
     "plugrl-bridge --ros-args --params-file": PIP_BRIDGE,
-    # the demo's deploy step builds this command (policy_server_command) and the bridge's deploy overrides
+    # the demo's deploy step builds this command (learned_policy.py) and the bridge's deploy overrides
     "plugrl-test-policy-server": (
         "mirror: test_demo.py::test_the_deploy_step_serves_a_linear_policy_that_reaches_the_target"
     ),

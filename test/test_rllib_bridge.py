@@ -73,15 +73,17 @@ def reserved_ports(count: int) -> Iterator[int]:
     raise AssertionError("no block of free ports")
 
 
+@pytest.mark.timeout(480)  # 150 s of training, Ray's start, then the deploy step: past the suite's 300 s per test
 def test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge(tmp_path: Path):
-    """The README's command: PPO's mean return over the last tenth of the episodes beats the first tenth's."""
+    """The README's command: PPO's mean return over the last tenth of the episodes beats the first tenth's; then
+    plugrl-policy-server --rllib serves the run's checkpoint to the same robots in deploy mode."""
     output = tmp_path / "demo"
     command = [sys.executable, "-m", "plugrl_ros.demo.runner", "--trainer", "rllib", "--duration", "150"]
-    command += ["--deploy-duration", "0", "--no-record", "--output", str(output)]
+    command += ["--deploy-duration", "15", "--no-record", "--output", str(output)]
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        out, _ = proc.communicate(timeout=420)
+        out, _ = proc.communicate(timeout=460)
     finally:
         stop(proc)
     assert proc.returncode == 0, out
@@ -92,6 +94,11 @@ def test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge(tmp_p
     assert summary["env_steps"] > 10_000, summary
     assert summary["last_mean_return"] > summary["first_mean_return"] + 1.0, summary
     assert "plugrl-demo summary" in out and (output / "returns.png").exists()
+    deploy = summary["deploy"]  # the deploy step: the checkpoint served, episodes counted by the bridge
+    assert deploy["policy_server"] == "plugrl-policy-server --rllib" and deploy["execution"] == "sync", deploy
+    assert deploy["episodes"] >= 2 and deploy["mean_return"] is not None, deploy
+    assert deploy["bridge_exit_code"] == 0 and deploy["policy_server_exit_code"] == 0, deploy
+    assert (output / "rllib_checkpoint" / "rllib_checkpoint.json").is_file()
     log = (output / "logs" / "trainer.log").read_text()
     assert "iteration 1:" in log and "robots idle" in log
 

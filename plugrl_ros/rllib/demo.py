@@ -96,12 +96,16 @@ class RLlibDemoTrainer:
 
     The run ends ``duration_s`` after the first bridge connected: the runner
     closes every bridge with ``plugrl-server-stop`` and the iteration under
-    way is dropped.
+    way is dropped. Then, with ``checkpoint_dir``, the algorithm is saved
+    there (RLlib's ``save_to_path``): :attr:`checkpoint`, for the deploy step.
     """
 
-    def __init__(self, make_config: Callable[[], Any], duration_s: float) -> None:
+    def __init__(self, make_config: Callable[[], Any], duration_s: float, checkpoint_dir: Path | None = None) -> None:
         self._make_config = make_config
         self.duration_s = duration_s
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint: Path | None = None  # saved when the run ended, if it trained at all
+        self.horizon = HORIZON  # the chunks the runner served (from its action space once built)
         self.algo: Any = None
         self.runner: Any = None
         self.iterations = 0
@@ -184,12 +188,16 @@ class RLlibDemoTrainer:
             logging.getLogger(name).setLevel(logging.ERROR)
         self.algo = self._make_config().build_algo()
         self.runner = self.algo.env_runner
+        self.horizon = self.runner.chunks.horizon
         log.info("RLlib %s PPO built; the runner listens on port %d", ray.__version__, self.runner.port)
 
     def _shutdown(self) -> None:
         import ray
 
         if self.algo is not None:
+            if self.checkpoint_dir is not None and self.iterations > 0:
+                self.checkpoint = Path(self.algo.save_to_path(self.checkpoint_dir))
+                log.info("saved the trained algorithm to %s", self.checkpoint)
             self.algo.stop()
         ray.shutdown()
 
