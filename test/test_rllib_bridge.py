@@ -237,3 +237,19 @@ def test_a_bridge_at_its_sites_fixed_address_trains_through_a_runner_that_ray_re
     assert runners[0][:3] == (index, "lab", port) and runners[0][3] != pid, runners
     assert after and after[-1] > 0, output[-3000:]  # trained on steps from the restarted runner
     assert "(connection 2)" in output  # the bridge reconnected to the same address
+
+
+def test_a_site_runner_on_a_node_without_the_site_label_refuses_to_start_naming_the_fix():
+    import ray
+
+    from plugrl_ros.rllib import PlugRLEnvRunner
+    from plugrl_ros.rllib.demo import demo_config
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        config = demo_config(DEMO, port=0)
+        config.env_config["plugrl"]["site_label"] = "plugrl-site"
+        with pytest.raises(ValueError, match=r'\["site_label"\] is .plugrl-site.*ray start --labels plugrl-site='):
+            PlugRLEnvRunner(config=config)
+    finally:
+        ray.shutdown()

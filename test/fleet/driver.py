@@ -119,7 +119,10 @@ def main() -> int:
         runtime_env={"worker_process_setup_hook": log_runners},
     )
     algo = build(args)
-    print(json.dumps({"built": time.monotonic() - started, "restored": args.restore, "runners": runners(algo)}))
+    module = algo.get_module()
+    weights = sum(p.numel() * p.element_size() for p in module.parameters()) if module is not None else 0
+    built = {"built": time.monotonic() - started, "restored": args.restore, "runners": runners(algo)}
+    print(json.dumps({**built, "weights_bytes": weights}))
     sys.stdout.flush()
     lifetime = 0
     orders = Orders()

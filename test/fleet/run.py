@@ -45,6 +45,7 @@ DROPPED = re.compile(r"dropped the chunks of env\(s\) \[([\d, ]*)\]")
 STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+")
 CUT_S = 30.0
 RECOVERY_BOUND_S = 180.0
+ATTEMPTS = 5  # ray start on a loaded host: a raylet has 30 s to register with the head (Ray's, fixed)
 
 
 @dataclass
@@ -91,7 +92,7 @@ class Harness:
 
     def start_site(self, site: Site) -> None:
         node = f"site-{site.name}"
-        for attempt in range(1, 4):
+        for attempt in range(1, ATTEMPTS + 1):
             self.ray[node] = self.fleet.start_ray(node, site)
             try:
                 self._wait_ray(self.ray[node], node)
@@ -99,7 +100,7 @@ class Harness:
             except RuntimeError:
                 # `ray start` gives a raylet 30 s to register with the head; on a loaded host it may miss
                 # that: clear the namespace and start again (the site rejoins as a new node)
-                if attempt == 3:
+                if attempt == ATTEMPTS:
                     raise
                 print(f"[fleet] ray start in {node} failed (attempt {attempt}); starting it again")
                 self.fleet.end_namespace(node)
@@ -244,6 +245,10 @@ class Harness:
                         found.append((stamp.group(0) if stamp else "", text))
         return [text for _, text in sorted(found)][-8:]
 
+    def live_sites(self) -> list[str]:
+        """The sites whose runner the driver last reported healthy."""
+        return sorted({r[1] for r in self.driver_lines()[-1]["runners"]})
+
     def runner_pid(self, site: Site) -> int | None:
         for pid in self.fleet.pids(f"site-{site.name}"):
             try:
@@ -304,6 +309,7 @@ class Harness:
             "cpu_share_of_host": sum(cpu.values()) / max(t1 - t0, 1e-9) / (os.cpu_count() or 1),
             "head_tx_bytes_per_iteration": tx / max(iterations, 1),
             "head_rx_bytes_per_step": rx / max(steps, 1),
+            "weights_bytes": (self.driver_lines("built") or [{}])[-1].get("weights_bytes"),
             "sync_weights_s": end.get("sync_s"),
             "learn_s": end.get("learn_s"),
         }
@@ -313,6 +319,7 @@ class Harness:
     def runner_killed(self) -> Outcome:
         site = self.sites[0]
         outcome = Outcome("runner process killed (site a)")
+        whole = self.driver_lines()[-1]["healthy"]  # runners up before (an earlier scenario may have left one down)
         before = self.balance()
         pid = self.runner_pid(site)
         if pid is None:
@@ -324,7 +331,7 @@ class Harness:
         killed = time.monotonic()
         reconnected = self.bridges["a"].wait_for(lambda _l: self.connections("a") > connections, RECOVERY_BOUND_S)
         stepping = reconnected and self.wait_stepping("a", steps, RECOVERY_BOUND_S, since=mark)
-        healthy = self.wait_iterations(1, RECOVERY_BOUND_S, healthy=2) if stepping else None
+        healthy = self.wait_iterations(1, RECOVERY_BOUND_S, healthy=whole) if stepping else None
         after = self.balance() if healthy else None
         outcome.recover_s = (stepping - killed) if stepping else None
         runners = healthy["runners"] if healthy else []
@@ -379,6 +386,7 @@ class Harness:
     def site_cut(self) -> Outcome:
         site = self.sites[0]
         outcome = Outcome(f"site a cut off the head for {CUT_S:g} s")
+        whole = self.driver_lines()[-1]["healthy"]
         before = self.balance()
         mark, steps = len(self.bridges["a"].lines), self.robot_steps("a") or 0
         wall = time.time()
@@ -388,7 +396,7 @@ class Harness:
         self.fleet.heal(site)
         healed = time.monotonic()
         stepping = self.wait_stepping("a", self.robot_steps("a") or steps, RECOVERY_BOUND_S)
-        healthy = self.wait_iterations(1, RECOVERY_BOUND_S, healthy=2) if stepping else None
+        healthy = self.wait_iterations(1, RECOVERY_BOUND_S, healthy=whole) if stepping else None
         after = self.balance() if healthy else None
         outcome.recover_s = (stepping - healed) if stepping else None
         dropped = (after.dropped - before.dropped) if after else None
@@ -408,6 +416,7 @@ class Harness:
 
     def driver_restarted(self) -> Outcome:
         outcome = Outcome("driver killed, restarted from its checkpoint")
+        whole = self.driver_lines()[-1]["healthy"]
         before = self.balance()
         saved = [r for r in self.driver_lines() if "checkpoint" in r]
         if not saved:
@@ -425,14 +434,14 @@ class Harness:
         self.start_driver(2, restore=True)
         built = self.driver.wait_for(lambda _l: self.driver_lines("built"), 300)
         first = self.wait_iterations(1, 300) if built else None
-        stepping = [self.wait_stepping(n, steps[n], RECOVERY_BOUND_S, since=marks[n]) for n in self.bridges]
+        stepping = [self.wait_stepping(n, steps[n], RECOVERY_BOUND_S, since=marks[n]) for n in self.live_sites()]
         after = self.balance() if first else None
         recovered = max((s for s in stepping if s), default=None) if all(stepping) else None
         outcome.recover_s = (recovered - killed) if recovered else None
         if after is not None:
             outcome.steps_lost = (after.robot - after.learner) - (before.robot - before.learner)
         resumed = bool(first) and checkpoint is not None and first["iteration"] == checkpoint["checkpoint"] + 1
-        outcome.passed = resumed and bool(first) and first["healthy"] == 2 and all(stepping)
+        outcome.passed = resumed and bool(first) and first["healthy"] == whole and all(stepping)
         outcome.detail = (
             f"killed at iteration {last['iteration']} (learner {last['lifetime']} steps); last checkpoint: iteration "
             f"{checkpoint['checkpoint'] if checkpoint else '-'} "
@@ -548,13 +557,16 @@ def report(outcomes: list[Outcome], scale: list[dict], out: Path) -> None:
             for line in o.runner_log:
                 print(f"    ray:    {line}")
     if scale:
-        print("\n| layout | robots | env steps/s | updates/min | head tx per iteration | sync weights |")
-        print("|---|---|---|---|---|---|")
+        print("\n| layout | robots | env steps/s | updates/min | weights | head sent per iteration | weights sync |")
+        print("|---|---|---|---|---|---|---|")
         for s in scale:
+            sync = "-" if s["sync_weights_s"] is None else f"{1000 * s['sync_weights_s']:.0f} ms"
             print(
                 f"| {s['label']} | {s['robots']} | {s['env_steps_per_s']:.1f} | {s['updates_per_min']:.1f} | "
-                f"{s['head_tx_bytes_per_iteration'] / 1024:.0f} KiB | {s['sync_weights_s']} |"
+                f"{(s['weights_bytes'] or 0) / 1024:.0f} KiB | {s['head_tx_bytes_per_iteration'] / 1024:.0f} KiB | "
+                f"{sync} |"
             )
+            print(f"    (head received {s['head_rx_bytes_per_step']:.0f} bytes per env step)")
         for s in scale:
             print(f"\nCPU ms per env step, {s['label']} (host busy {100 * s['cpu_share_of_host']:.0f} %):")
             for k, v in s["cpu_ms_per_step"].items():
