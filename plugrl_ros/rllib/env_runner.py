@@ -175,14 +175,15 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
             except OSError as exc:
                 setting = "evaluation_port" if self.evaluation else "port"
                 rule = (
-                    f"every site's runner listens on its node on {setting}; one runner per site node"
+                    f'every site\'s runner listens on env_config["plugrl"]["{setting}"] on its node, one runner '
+                    "per site node; choose a port nothing else holds"
                     if self.site is not None
-                    else f"{self._name.split()[0]} i listens on {setting} + i"
+                    else f'{self._name.split()[0]} i listens on env_config["plugrl"]["{setting}"] + i; choose a port '
+                    "range nothing else holds"
                 )
                 raise OSError(
                     f"PlugRL {self._name} cannot listen on {self.settings.host}:{requested_port} "
-                    f'({exc.strerror or exc}): {rule} (env_config["plugrl"]["{setting}"]); choose a port '
-                    "nothing else holds"
+                    f"({exc.strerror or exc}): {rule}"
                 ) from exc
             log.info(
                 "PlugRL %s%s listens for bridges on %s:%d",

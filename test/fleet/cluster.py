@@ -210,6 +210,11 @@ class Fleet:
                 # a site may lose its uplink for longer than Ray's default 15 s of missed health checks
                 # (5 x 3 s) before the head declares its node dead: 60 s here (see docs/rllib.md)
                 "RAY_health_check_failure_threshold": "20",
+                # and its gRPC connections must outlive the cut: with Ray's default keepalive (a ping every
+                # 10 s, 20 s to answer) the actor's side drops the driver's connection during a 30 s cut, and
+                # the sample call under way fails when the link is back (RLlib drops its steps)
+                "RAY_grpc_keepalive_timeout_ms": "60000",
+                "RAY_grpc_client_keepalive_timeout_ms": "60000",
                 # each machine its own ROS domain (they are separate networks anyway)
                 "ROS_DOMAIN_ID": str(DOMAIN_BASE + sorted(self.ns).index(node) % 10),
                 "PATH": f"{self.venv_bin}:{os.environ.get('PATH', '')}",

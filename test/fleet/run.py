@@ -520,7 +520,7 @@ class Harness:
         self._stop_driver()
         told = [
             self.bridges[name].wait_for(
-                lambda lines, n=marks[name]: any("finished the run" in x for x in lines[n:]), 30
+                lambda lines, n=marks[name]: any("plugrl-server-stop" in x for x in lines[n:]), 30
             )
             for name in self.bridges
         ]
