@@ -193,3 +193,70 @@ def _restart(port: int) -> None:
             if first.poll() is None:
                 first.kill()
             first.wait(10)
+
+
+def test_a_bridge_at_its_sites_fixed_address_trains_through_a_runner_that_ray_restarted_there():
+    """Ray restarts a killed site runner (restart_failed_env_runners); it listens at the same site address."""
+    import ray
+
+    from plugrl_ros.rllib.demo import demo_config
+
+    with reserved_ports(1) as port:
+        ray.init(
+            num_cpus=2,
+            resources={"plugrl_site": 1},
+            labels={"plugrl-site": "lab"},
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+        )
+        try:
+            config = demo_config(DEMO, port=port)
+            config.env_config["plugrl"].update(site_label="plugrl-site", sample_wait_s=3.0)
+            config = (
+                config.env_runners(num_env_runners=1, custom_resources_per_env_runner={"plugrl_site": 1})
+                .training(train_batch_size_per_learner=200, minibatch_size=100, num_epochs=1)
+                .fault_tolerance(restart_failed_env_runners=True)
+            )
+            algo = config.build_algo()
+
+            def where(runner):
+                return runner.worker_index, runner.site, runner.port, os.getpid()
+
+            (index, site, served, pid) = algo.env_runner_group.foreach_env_runner(where, local_env_runner=False)[0]
+            assert (site, served) == ("lab", port)  # the site's fixed port, not port + worker index
+            with process(robot(2)), process(bridge("bridge_s", port, ["reacher0", "reacher1"])) as bridged:
+                first = algo.train()["env_runners"]["num_env_steps_sampled"]
+                os.kill(pid, 9)  # the runner's process dies, as on a crash
+                after = []
+                for _ in range(30):  # a bound: each iteration takes at most a few seconds
+                    result = algo.train()
+                    runners = algo.env_runner_group.foreach_env_runner(where, local_env_runner=False)
+                    if runners and runners[0][3] != pid and "(connection 2)" in bridged.output():
+                        after.append(result["env_runners"].get("num_env_steps_sampled", 0))
+                        if after[-1]:
+                            break
+                output = bridged.output()
+            algo.stop()
+        finally:
+            ray.shutdown()
+    assert first > 0
+    assert runners[0][:3] == (index, "lab", port) and runners[0][3] != pid, runners
+    assert after and after[-1] > 0, output[-3000:]  # trained on steps from the restarted runner
+    assert "(connection 2)" in output  # the bridge reconnected to the same address
+
+
+def test_a_site_runner_on_a_node_without_the_site_label_refuses_to_start_naming_the_fix():
+    import ray
+
+    from plugrl_ros.rllib import PlugRLEnvRunner
+    from plugrl_ros.rllib.demo import demo_config
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        config = demo_config(DEMO, port=0)
+        config.env_config["plugrl"]["site_label"] = "plugrl-site"
+        with pytest.raises(ValueError, match=r'\["site_label"\] is .plugrl-site.*ray start --labels plugrl-site='):
+            PlugRLEnvRunner(config=config)
+    finally:
+        ray.shutdown()

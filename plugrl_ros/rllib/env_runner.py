@@ -70,6 +70,7 @@ from plugrl_ros.rllib.link_figures import LinkFigures
 from plugrl_ros.rllib.observations import ObservationReader
 from plugrl_ros.rllib.robot_episodes import RobotEpisodes, Step
 from plugrl_ros.rllib.settings import RunnerSettings, check_against
+from plugrl_ros.rllib.sites import node_site
 
 log = logging.getLogger("plugrl_ros.rllib")
 
@@ -170,7 +171,11 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         self._serving_thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self.port: int | None = None
+        # the robots' site this runner serves (site_label set): its node's, never its index's
+        self.site: str | None = None
         if self.serving:
+            if self.settings.site_label is not None:
+                self.site = node_site(self.settings.site_label)
             requested_port = self.settings.port_of(self.worker_index, self.evaluation)
             self._server = BridgeServer(
                 self.settings.host,
@@ -188,12 +193,24 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 raise AccessError(f'PlugRL {self._name}: env_config["plugrl"]["{exc.setting}"]', exc.detail) from exc
             except OSError as exc:
                 setting = "evaluation_port" if self.evaluation else "port"
+                rule = (
+                    f'every site\'s runner listens on env_config["plugrl"]["{setting}"] on its node, one runner '
+                    "per site node; choose a port nothing else holds"
+                    if self.site is not None
+                    else f'{self._name.split()[0]} i listens on env_config["plugrl"]["{setting}"] + i; choose a port '
+                    "range nothing else holds"
+                )
                 raise OSError(
                     f"PlugRL {self._name} cannot listen on {self.settings.host}:{requested_port} "
-                    f"({exc.strerror or exc}): {self._name.split()[0]} i listens on "
-                    f'env_config["plugrl"]["{setting}"] + i; choose a port range nothing else holds'
+                    f"({exc.strerror or exc}): {rule}"
                 ) from exc
-            log.info("PlugRL %s listens for bridges on %s:%d", self._name, self.settings.host, self.port)
+            log.info(
+                "PlugRL %s%s listens for bridges on %s:%d",
+                self._name,
+                "" if self.site is None else f" (site {self.site})",
+                self.settings.host,
+                self.port,
+            )
             if self.settings.serve_during_updates:
                 self._answering = True
                 self._serving_thread = threading.Thread(

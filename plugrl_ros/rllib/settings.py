@@ -53,6 +53,12 @@ class RunnerSettings:
     # paths must exist on every machine a runner may be placed on.
     tls_cert: str = ""
     tls_key: str = ""
+    # A fleet on a Ray cluster (plugrl_ros.rllib.sites): the name of the Ray node label that says which
+    # robots' site a node is (``ray start --labels plugrl-site=A``). Set, every runner listens on ``port``
+    # itself (evaluation runners on ``evaluation_port``), whatever its worker index, on the node Ray placed
+    # it on, and refuses to start on a node without the label: a bridge's trainer.uri is
+    # ws://<site node>:<port>, and stays so when Ray restarts the runner there. None: port + worker index.
+    site_label: str | None = None
 
     def __post_init__(self) -> None:
         _check(isinstance(self.host, str) and bool(self.host), "host", self.host, "an address to listen on")
@@ -69,6 +75,12 @@ class RunnerSettings:
         for name in ("api_key_env", "tls_cert", "tls_key"):
             _check(isinstance(getattr(self, name), str), name, getattr(self, name), "a string")
         _check(not self.tls_key or bool(self.tls_cert), "tls_key", self.tls_key, "tls_cert to be set as well")
+        _check(
+            self.site_label is None or (isinstance(self.site_label, str) and bool(self.site_label)),
+            "site_label",
+            self.site_label,
+            "None or the name of a Ray node label (ray start --labels NAME=SITE)",
+        )
         _check(
             _is_number(self.feedback_timeout_s) and self.feedback_timeout_s > 0,
             "feedback_timeout_s",
@@ -101,6 +113,9 @@ class RunnerSettings:
     def port_of(self, worker_index: int, evaluation: bool = False) -> int:
         """The port runner ``worker_index`` (of the evaluation runners if ``evaluation``) listens on (0: a free port).
 
+        With ``site_label`` the index plays no part: one runner per site node, on
+        the site's fixed port (see :mod:`plugrl_ros.rllib.sites`).
+
         ValueError for an evaluation runner without ``evaluation_port``: it would
         take a training runner's port (the same index) and fail to listen, or
         serve the training robots.
@@ -117,7 +132,9 @@ class RunnerSettings:
             base = self.evaluation_port
         else:
             base = self.port
-        return 0 if base == 0 else base + worker_index
+        if base == 0 or self.site_label is not None:
+            return base
+        return base + worker_index
 
 
 def check_against(settings: RunnerSettings, sample_timeout_s: float | None) -> None:
