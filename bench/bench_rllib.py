@@ -282,20 +282,45 @@ def returns_at(episodes: list[tuple[float, float, int]], marks: list[int], windo
 
 
 def sac(seeds: int, steps: int, tmp: Path) -> dict[str, Any]:
+    runs: dict[str, list[Run]] = {path: [] for path in PATHS}
+    for seed in range(seeds):
+        for path in PATHS:  # interleaved: load on the shared cores hits both alike
+            runs[path].append(run("sac", path, SAC_ENV, 1, seed, steps, tmp))
+            print(f"sac, seed {seed}, {path}: {len(runs[path][-1].episodes)} episodes", flush=True)
+    return sac_section(runs, steps)
+
+
+def sac_section(runs: dict[str, list[Run]], steps: int) -> dict[str, Any]:
+    """The SAC results of the runs of each path (seed by seed, the same seeds on both)."""
     marks = [m for m in SAC_MARKS if m <= steps] or [steps]
     if len(marks) < 3:  # a shorter run than the documented one: more marks on the way
         marks = sorted({*marks, *(m for m in (1_000, 2_500) if m < steps)})
     window = min(SAC_WINDOW, marks[0])
-    returns: dict[str, list[list[float]]] = {path: [] for path in PATHS}
-    figures: dict[str, list[dict[str, float]]] = {path: [] for path in PATHS}
-    for seed in range(seeds):
+    return {
+        "env": SAC_ENV,
+        "steps": steps,
+        "seeds": [r.seed for r in runs["own"]],
+        "marks": marks,
+        "window": window,
+        "returns": {path: [returns_at(r.episodes, marks, window) for r in runs[path]] for path in PATHS},
+        "per_step": {path: [per_step(r, skip_steps=0) for r in runs[path]] for path in PATHS},
+    }
+
+
+def saved_sac_runs(folder: Path, steps: int) -> dict[str, Any]:
+    """The SAC section from the drivers' results files a run left in its folder (``--from-runs``), for the seeds
+    both paths finished: an interrupted run's results."""
+    runs: dict[str, list[Run]] = {path: [] for path in PATHS}
+    seed = 0
+    while all((folder / f"run_sac_{path}_1_{seed}_lockstep.json").exists() for path in PATHS):
         for path in PATHS:
-            result = run("sac", path, SAC_ENV, 1, seed, steps, tmp)
-            returns[path].append(returns_at(result.episodes, marks, window))
-            figures[path].append(per_step(result, skip_steps=0))
-            print(f"sac, seed {seed}, {path}: {returns[path][-1]}", flush=True)
-    return {"env": SAC_ENV, "steps": steps, "seeds": list(range(seeds)), "marks": marks, "window": window,
-            "returns": returns, "per_step": figures}  # fmt: skip
+            saved = json.loads((folder / f"run_sac_{path}_1_{seed}_lockstep.json").read_text())
+            episodes = [tuple(e) for e in saved["episodes"]]
+            runs[path].append(Run(path, 1, seed, saved["iterations"], episodes, {}, saved["robot_idle_share"]))
+        seed += 1
+    if not seed:
+        raise SystemExit(f"{folder}: no seed with SAC results of both paths")
+    return sac_section(runs, steps)
 
 
 def mean_std(values: list[float]) -> str:
@@ -443,13 +468,24 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=0, help="SAC: env steps per run (default 20,000)")
     parser.add_argument("--minutes", type=float, default=TIMER_MINUTES, help="SAC in timer mode: minutes per run")
     parser.add_argument("--plot", default="", help="draw the SAC curves into this PNG")
+    parser.add_argument("--from-runs", default="", help="SAC: the tables from the run files left in this folder")
+    parser.add_argument("--timer-json", default="", help="with --from-runs: a saved sac-timer results file too")
     args = parser.parse_args()
     if importlib.util.find_spec("ray") is None or importlib.util.find_spec("gymnasium") is None:
         parser.error("needs the gym and rllib extras: scripts/setup-venv.sh .venv kilted '' gym,rllib")
     cost_steps, cost_copies, sac_steps = COST_STEPS, COST_COPIES, args.steps or SAC_MARKS[-1]
     if args.quick:
         args.seeds, args.cost_runs, args.minutes = 1, 1, 0.25
-        cost_steps, cost_copies, sac_steps = 1_200, (1,), 400
+        cost_steps, cost_copies, sac_steps = 1_200, (1,), 300
+    if args.from_runs:
+        results = {"sac": saved_sac_runs(Path(args.from_runs), sac_steps)}
+        if args.timer_json:
+            results["sac_timer"] = json.loads(Path(args.timer_json).read_text())["sac_timer"]
+        print(tables(results))
+        if args.plot:
+            plot(results, Path(args.plot))
+        common.save_json(args.json, "rllib", results)
+        return 0
     common.use_own_domain()
     import tempfile
 

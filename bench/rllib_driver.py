@@ -38,9 +38,11 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "bench"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
+import bench_gym  # noqa: E402
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -50,18 +52,8 @@ ALGORITHMS = ("ppo", "sac")
 RUNNERS = ("own", "plugrl")
 HORIZON = 1  # one decision per control step, on both paths
 
-# RLlib PPO for InvertedPendulum-v5 (bench_gym.py's settings: tuned on this machine with RLlib's own runner)
-PPO_SETTINGS: dict[str, Any] = {
-    "gamma": 0.9,
-    "lambda_": 0.95,
-    "lr": 2e-3,
-    "use_kl_loss": False,
-    "train_batch_size_per_learner": 1000,
-    "minibatch_size": 250,
-    "num_epochs": 15,
-    "vf_clip_param": 1000.0,
-}
-PPO_HIDDEN = [32, 32]
+# RLlib PPO for InvertedPendulum-v5: bench_gym.py's settings (tuned on this machine with RLlib's own runner)
+PPO_SETTINGS, PPO_HIDDEN = bench_gym.PPO_SETTINGS, bench_gym.PPO_HIDDEN
 # RLlib's tuned Pendulum SAC (ray/rllib/tuned_examples/sac/pendulum_sac.py, Ray 2.60, one learner)
 SAC_SETTINGS: dict[str, Any] = {
     "initial_alpha": 1.001,
