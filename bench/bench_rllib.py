@@ -105,19 +105,20 @@ def state_dims(env_id: str) -> str:
 
 def run(
     algorithm: str, path: str, env_id: str, copies: int, seed: int, steps: int, tmp: Path,
-    timer: bool = False, seconds: float = 0.0,
+    timer: bool = False, seconds: float = 0.0, learners: int = 0,
 ) -> Run:  # fmt: skip
     """One training run of ``algorithm`` through ``path``; the driver's records and the clients' CPU."""
     from plugrl_ros import executables
 
     mode = "timer" if timer else "lockstep"
     params = bridge_config(env_id, copies, mode, tmp)
-    out = tmp / f"run_{algorithm}_{path}_{copies}_{seed}_{mode}.json"
+    out = tmp / f"run_{algorithm}_{path}_{copies}_{seed}_{mode}{'_learner' if learners else ''}.json"
     out.unlink(missing_ok=True)
     driver_args = [
         "--algorithm", algorithm, "--runner", "own" if path == "own" else "plugrl", "--env", env_id,
         "--params-file", str(params), "--state-dims", state_dims(env_id), "--copies", str(copies),
         "--seed", str(seed), "--steps", str(steps), "--seconds", str(seconds), "--out", str(out),
+        "--learners", str(learners),
     ]  # fmt: skip
     if timer:
         driver_args.append("--serve-during-updates")
@@ -358,10 +359,10 @@ def sac_table(section: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def sac_timer(seeds: int, steps: int, minutes: float, tmp: Path) -> dict[str, Any]:
+def sac_timer(seeds: int, steps: int, minutes: float, tmp: Path, learners: int) -> dict[str, Any]:
     runs = []
     for seed in range(seeds):
-        result = run("sac", "ros", SAC_ENV, 1, seed, steps, tmp, timer=True, seconds=minutes * 60)
+        result = run("sac", "ros", SAC_ENV, 1, seed, steps, tmp, timer=True, seconds=minutes * 60, learners=learners)
         its = result.iterations
         t0 = its[0]["t"]
         # idle ticks: over the whole run, and over the windows the learner updated in (iterations after warm-up)
@@ -374,7 +375,7 @@ def sac_timer(seeds: int, steps: int, minutes: float, tmp: Path) -> dict[str, An
                      "runner_idle_share": statistics.median(result.robot_idle_share) if result.robot_idle_share
                      else None})  # fmt: skip
         print(f"sac timer, seed {seed}: idle {idle}", flush=True)
-    return {"env": SAC_ENV, "rate_hz": TIMER_RATE_HZ, "runs": runs}
+    return {"env": SAC_ENV, "rate_hz": TIMER_RATE_HZ, "runs": runs, "learners": learners}
 
 
 SAC_SETTINGS_LEARNING_STARTS = 256  # num_steps_sampled_before_learning_starts of the tuned SAC
@@ -384,7 +385,12 @@ def sac_timer_table(section: dict[str, Any]) -> str:
     runs = section["runs"]
     lines = [
         f"### RLlib SAC through ROS in real time ({section['env']}, plugrl-gym-robot in timer mode at "
-        f"{section['rate_hz']:g} Hz, serve_during_updates, {len(runs)} seed(s))",
+        f"{section['rate_hz']:g} Hz, serve_during_updates, {len(runs)} seed(s), "
+        + (
+            "the learner in the driver's process)"
+            if not section.get("learners")
+            else f"{section['learners']} learner process(es) of its own)"
+        ),
         "",
     ]
     head = ("seed", "minutes", "env steps", "return, first 5 episodes", "return, last 5 episodes",
@@ -399,6 +405,12 @@ def sac_timer_table(section: dict[str, Any]) -> str:
     lines.append(common.md_table(head, body))
     lines += ["", "Target: at most 5 % of control ticks idle while the learner updates."]
     return "\n".join(lines)
+
+
+def timer_sections(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sac-timer results: one section, or several rendered together (``--timer-json`` given more than once)."""
+    timer = results.get("sac_timer") or []
+    return [timer] if isinstance(timer, dict) else list(timer)
 
 
 def plot(results: dict[str, Any], path: Path) -> bool:
@@ -424,16 +436,14 @@ def plot(results: dict[str, Any], path: Path) -> bool:
             ax.set_xlabel("env steps")
             ax.set_title(f"SAC on {section['env']}, lockstep: same config and seeds")
         else:
-            for r in section["runs"]:
-                if r["episodes"]:
-                    t, ret = zip(*r["episodes"])
-                    ax.plot(
-                        t,
-                        ret,
-                        ".-",
-                        linewidth=0.8,
-                        label=f"seed {r['seed']}: {r['idle_share_learning']:.1%} of ticks idle while learning",
-                    )
+            for timer in timer_sections(results):
+                where = f"{timer['learners']} learner process" if timer.get("learners") else "learner in the driver"
+                for r in timer["runs"]:
+                    if r["episodes"]:
+                        t, ret = zip(*r["episodes"])
+                        idle = f"{r['idle_share_learning']:.0%} of ticks idle while learning"
+                        ax.plot(t, ret, ".-", linewidth=0.8, label=f"seed {r['seed']}, {where}: {idle}")
+            section = timer_sections(results)[0]
             ax.set_xlabel("wall-clock minutes")
             ax.set_title(f"SAC on {section['env']} through ROS, timer mode at {section['rate_hz']:g} Hz")
         ax.set_ylabel("episode return")
@@ -451,8 +461,7 @@ def tables(results: dict[str, Any]) -> str:
         parts.append(cost_table(results["cost"]))
     if results.get("sac"):
         parts.append(sac_table(results["sac"]))
-    if results.get("sac_timer"):
-        parts.append(sac_timer_table(results["sac_timer"]))
+    parts += [sac_timer_table(section) for section in timer_sections(results)]
     return "\n\n".join(parts)
 
 
@@ -467,9 +476,14 @@ def main() -> int:
     parser.add_argument("--cost-runs", type=int, default=2, help="cost: runs per path and copy count")
     parser.add_argument("--steps", type=int, default=0, help="SAC: env steps per run (default 20,000)")
     parser.add_argument("--minutes", type=float, default=TIMER_MINUTES, help="SAC in timer mode: minutes per run")
+    parser.add_argument(
+        "--timer-learners", type=int, default=0, help="SAC in timer mode: learner processes (0: in the driver's)"
+    )
     parser.add_argument("--plot", default="", help="draw the SAC curves into this PNG")
     parser.add_argument("--from-runs", default="", help="SAC: the tables from the run files left in this folder")
-    parser.add_argument("--timer-json", default="", help="with --from-runs: a saved sac-timer results file too")
+    parser.add_argument(
+        "--timer-json", action="append", default=[], help="with --from-runs: saved sac-timer results too (repeatable)"
+    )
     args = parser.parse_args()
     if importlib.util.find_spec("ray") is None or importlib.util.find_spec("gymnasium") is None:
         parser.error("needs the gym and rllib extras: scripts/setup-venv.sh .venv kilted '' gym,rllib")
@@ -480,7 +494,7 @@ def main() -> int:
     if args.from_runs:
         results = {"sac": saved_sac_runs(Path(args.from_runs), sac_steps)}
         if args.timer_json:
-            results["sac_timer"] = json.loads(Path(args.timer_json).read_text())["sac_timer"]
+            results["sac_timer"] = [json.loads(Path(f).read_text())["sac_timer"] for f in args.timer_json]
         print(tables(results))
         if args.plot:
             plot(results, Path(args.plot))
@@ -496,7 +510,7 @@ def main() -> int:
     if args.part in ("all", "sac"):
         results["sac"] = sac(args.seeds, sac_steps, tmp)
     if args.part in ("all", "sac-timer"):
-        results["sac_timer"] = sac_timer(args.seeds, sac_steps, args.minutes, tmp)
+        results["sac_timer"] = sac_timer(args.seeds, sac_steps, args.minutes, tmp, args.timer_learners)
     print(tables(results))
     if args.plot:
         plot(results, Path(args.plot))

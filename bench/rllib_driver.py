@@ -190,13 +190,17 @@ def build_config(args: argparse.Namespace, spaces: Any) -> Any:
             observation_space=spaces.observation_space, action_space=spaces.action_space, env_config=runner.env_config()
         )
         runner_cls = timed(PlugRLEnvRunner)
-    return config.env_runners(
-        env_runner_cls=runner_cls,
-        num_env_runners=0,
-        num_envs_per_env_runner=args.copies,
-        sample_timeout_s=2 * SAMPLE_WAIT_S,
-        env_to_module_connector=connectors,
-    ).debugging(seed=args.seed)
+    return (
+        config.env_runners(
+            env_runner_cls=runner_cls,
+            num_env_runners=0,
+            num_envs_per_env_runner=args.copies,
+            sample_timeout_s=2 * SAMPLE_WAIT_S,
+            env_to_module_connector=connectors,
+        )
+        .learners(num_learners=args.learners)
+        .debugging(seed=args.seed)
+    )
 
 
 def main() -> int:
@@ -211,6 +215,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, required=True, help="env steps (RLlib's count) before the run ends")
     parser.add_argument("--seconds", type=float, default=0.0, help="or this long after the first iteration")
     parser.add_argument("--serve-during-updates", action="store_true", help="plugrl: answer through updates")
+    parser.add_argument("--learners", type=int, default=0, help="learner processes (0: in this process)")
     parser.add_argument("--out", required=True, help="the results file (JSON)")
     args = parser.parse_args()
 

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.rllib, pytest.mark.gym, pytest.mark.ros, pytest.mark.s
 def test_sac_runs_through_rllibs_own_runner_and_through_ros_and_the_table_compares_them(tmp_path):
     results = tmp_path / "rllib.json"
     plot = tmp_path / "sac.png"
-    out = run("bench_rllib.py", "--quick", "--part", "sac", "--json", str(results), "--plot", str(plot), timeout=240)
+    out = run("bench_rllib.py", "--quick", "--part", "sac", "--json", str(results), "--plot", str(plot), timeout=420)
     assert "| env steps | RLlib's own runner: return (mean ± std) | through ROS: return (mean ± std) |" in out
     saved = json.loads(results.read_text())
     assert saved["benchmark"] == "rllib"
