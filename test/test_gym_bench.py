@@ -39,7 +39,7 @@ def test_rllib_ppo_learns_from_the_very_same_episodes_on_both_paths(tmp_path):
     pytest.importorskip("ray.rllib")
     pytest.importorskip("mujoco")
     results = tmp_path / "gym.json"
-    out = run("bench_gym.py", "--quick", "--part", "learning", "--json", str(results), timeout=420)
+    out = run("bench_gym.py", "--quick", "--part", "learning", "--json", str(results), timeout=600)
     assert "trainer `rllib`, 1 seeds, 1 copy, 1,200 env steps per run" in out
     assert "Same episodes, return for return, on both paths: 1 of 1 seeds" in out
     # the baseline is RLlib's own runner on the same config, seed, module and connectors, which ran too
