@@ -263,6 +263,9 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
             spec: RLModuleSpec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
             self.module = spec.build()
             self.module.to(self._device)
+            # torch's inference mode for good: forward_exploration/forward_inference switch a module in
+            # training mode to eval() and back at every call (a walk over all its submodules, twice per step)
+            self.module.eval()
         except NotImplementedError:
             # as RLlib's runner: an algorithm without an RLModule can still take random actions
             self.module = None

@@ -127,8 +127,14 @@ class PolicyPass:
         )
         actions = to_env.pop(Columns.ACTIONS)
         for_env = to_env.pop(Columns.ACTIONS_FOR_ENV, actions)
-        actions, for_env = unbatch(actions), unbatch(for_env)
+        actions, for_env = _rows(actions), _rows(for_env)
         return [
             Decision(actions[i], np.asarray(for_env[i]), {key: value[i] for key, value in to_env.items()})
             for i in range(n)
         ]
+
+
+def _rows(batch: Any) -> list[Any]:
+    """A batch's rows: an array's own rows (what RLlib's ``unbatch`` gives for one, without its tree walk at
+    every step), else ``unbatch`` of the structure."""
+    return list(batch) if isinstance(batch, np.ndarray) else unbatch(batch)

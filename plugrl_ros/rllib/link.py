@@ -167,34 +167,41 @@ class BridgeServer:
             await ws.close(1001, RESYNC_REASON)
 
     async def _serve(self, ws: ServerConnection, link: int, connection: TrainerConnection) -> None:
-        while True:
-            awaiting_feedback = connection.phase is ServerPhase.AWAIT_FEEDBACK
-            try:
-                frame = await asyncio.wait_for(ws.recv(), self.feedback_timeout_s if awaiting_feedback else None)
-            except asyncio.TimeoutError:
-                log.warning("bridge %d: no feedback for %g s; closing", link, self.feedback_timeout_s)
-                await ws.close(1001, FEEDBACK_TIMEOUT_REASON)
-                return
-            read_at = time.monotonic()
-            try:
-                message = connection.receive(frame)
-                event = self._event(link, message, read_at)
-            except ProtocolError as exc:
-                # as a PlugRL server does: forget this connection's state and let the bridge start over
-                log.warning("bridge %d: %s; asking it to resync", link, exc)
-                connection.close()
-                await ws.close(1001, RESYNC_REASON)
-                return
-            if isinstance(event, FedBack):
+        # one task for the connection's whole life, not one per infer: an answer is awaited at every env step
+        closed = asyncio.ensure_future(ws.wait_closed())
+        try:
+            while True:
+                awaiting_feedback = connection.phase is ServerPhase.AWAIT_FEEDBACK
+                try:
+                    # asyncio.timeout, not wait_for: no task of its own for every frame read
+                    async with asyncio.timeout(self.feedback_timeout_s if awaiting_feedback else None):
+                        frame = await ws.recv()
+                except TimeoutError:
+                    log.warning("bridge %d: no feedback for %g s; closing", link, self.feedback_timeout_s)
+                    await ws.close(1001, FEEDBACK_TIMEOUT_REASON)
+                    return
+                read_at = time.monotonic()
+                try:
+                    message = connection.receive(frame)
+                    event = self._event(link, message, read_at)
+                except ProtocolError as exc:
+                    # as a PlugRL server does: forget this connection's state and let the bridge start over
+                    log.warning("bridge %d: %s; asking it to resync", link, exc)
+                    connection.close()
+                    await ws.close(1001, RESYNC_REASON)
+                    return
+                if isinstance(event, FedBack):
+                    self.events.put(event)
+                    continue
+                self.figures.infer_read(link, event.envs, read_at)
                 self.events.put(event)
-                continue
-            self.figures.infer_read(link, event.envs, read_at)
-            self.events.put(event)
-            chunk = await _answer_or_close(ws, event.answer)
-            if chunk is None:
-                return
-            await ws.send(packb(connection.answer(chunk)))
-            self.figures.answer_sent(link, event.envs, read_at)
+                chunk = await _answer_or_close(event.answer, closed)
+                if chunk is None:
+                    return
+                await ws.send(packb(connection.answer(chunk)))
+                self.figures.answer_sent(link, event.envs, read_at)
+        finally:
+            closed.cancel()
 
     def _event(self, link: int, message: Infer | Feedback, read_at: float) -> Inferred | FedBack:
         if isinstance(message, Infer):
@@ -219,13 +226,10 @@ class BridgeServer:
         )
 
 
-async def _answer_or_close(ws: ServerConnection, answer: Answer) -> np.ndarray | None:
-    """The answer, or None if the bridge went away while it was computed."""
-    closed = asyncio.ensure_future(ws.wait_closed())
-    try:
+async def _answer_or_close(answer: Answer, closed: asyncio.Future) -> np.ndarray | None:
+    """The answer, or None if the bridge went away (``closed``: its ``wait_closed``) while it was computed."""
+    if not answer.future.done():
         await asyncio.wait({answer.future, closed}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        closed.cancel()
     if answer.future.done():
         return answer.future.result()
     answer.future.cancel()
