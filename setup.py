@@ -11,6 +11,12 @@ PACKAGE = "plugrl_ros"
 ROOT = Path(__file__).resolve().parent
 
 
+def pinned(extra: str) -> list[str]:
+    """The requirements of an extra: requirements/<extra>.txt, the versions CI tests (one source for both)."""
+    lines = (ROOT / "requirements" / f"{extra}.txt").read_text().splitlines()
+    return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+
+
 def executables() -> list[str]:
     """Write the executables' scripts (plugrl_ros.executables says why they are scripts); their paths.
 
@@ -61,10 +67,13 @@ setup(
     # OpenCV comes from apt (python3-opencv, via rosdep) on a robot; a pip-only install adds it with [opencv].
     extras_require={
         "opencv": ["opencv-python-headless"],
-        # Gymnasium envs as ROS robots (plugrl-gym-robot); requirements/gym.txt pins what CI tests
-        "gym": ["gymnasium[classic-control,mujoco]>=1.2.2", "mujoco>=3.3"],
-        # plugrl_ros.rllib: an RLlib EnvRunner serving PlugRL (pinned in requirements/rllib.txt)
-        "rllib": ["ray[rllib]>=2.60,<2.61", "torch"],
+        # The trainer-side extras install exactly what CI tests: a pip user resolving them unpinned got a newer
+        # Gymnasium and MuJoCo than the tested ones, and a CUDA torch of several GB. Their pins are read from
+        # requirements/, which setup-venv.sh installs and CI's pip-user extras check compares against.
+        # Gymnasium envs as ROS robots (plugrl-gym-robot)
+        "gym": pinned("gym"),
+        # plugrl_ros.rllib: an RLlib EnvRunner serving PlugRL
+        "rllib": pinned("rllib"),
     },
     zip_safe=True,
     maintainer="plugrl_ros maintainers",

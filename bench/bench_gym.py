@@ -9,7 +9,13 @@ seeds two ways:
 
 * direct: the env stepped in-process by the package's headless client
   (``python -m plugrl_ros.gym.direct``), no ROS;
-* ros: ``plugrl-gym-robot`` and the bridge (its printed config), lockstep.
+* ros: ``plugrl-gym-robot`` and the bridge (its printed config), lockstep;
+
+and, for the rllib trainer, the baseline an RLlib user would pick instead:
+
+* own: the same PPO config, seed, RLModule and connectors with RLlib's own
+  ``SingleAgentEnvRunner`` stepping the env in its process (no PlugRL, no
+  ROS; ``bench_rllib.py``'s driver).
 
 The trainer (``--trainer``, :data:`TRAINERS`; given twice, both in one run):
 ``rllib`` (the default) is RLlib PPO with a
@@ -22,7 +28,9 @@ the episodes ending in the window before each mark) as mean ± std over the
 seeds, whether the two paths gave the very same episodes, and the wall-clock
 (with and without the trainer's updates, during which RLlib's robots wait)
 and the client-side CPU (direct process; robot + bridge processes) per env
-step of ros over direct, all from this one run.
+step of ros over RLlib's own runner (over direct for the demo trainer), all
+from this one run. Each process's CPU per env step against RLlib's own runner,
+at 1 and 8 copies, is ``bench_rllib.py``'s cost part.
 
 Throughput. Lockstep env steps/s of Pendulum-v1 (no terminations; its
 200-step limit is a multiple of the chunk, so every chunk runs whole) with 1 /
@@ -51,6 +59,7 @@ THROUGHPUT_ENV = "Pendulum-v1"
 THROUGHPUT_HORIZON = 4
 COPY_COUNTS = (1, 4, 16)
 PATHS = ("direct", "ros")
+OWN = "own"  # RLlib's own SingleAgentEnvRunner (the rllib trainer only): the baseline
 # the throughput part adds the ROS floor: the gym robot stepped by a bare rclpy node (no trainer, no bridge)
 THROUGHPUT_PATHS = ("direct", "ros-floor", "ros")
 THROUGHPUT_HEAD = (
@@ -303,6 +312,19 @@ def learning_run(trainer_name: str, path: str, seed: int, steps: int, tmp: Path)
     )
 
 
+def own_run(seed: int, steps: int, tmp: Path) -> LearningRun:
+    """The same PPO (:func:`ppo_config`'s settings, seed, module and connectors) with RLlib's own
+    ``SingleAgentEnvRunner`` stepping the env in its process (``bench_rllib.py``'s driver): the baseline."""
+    import bench_rllib
+
+    run = bench_rllib.run("ppo", "own", LEARNING_ENV, 1, seed, steps, tmp)
+    figures = bench_rllib.per_step(run, skip_steps=min(PPO_SETTINGS["train_batch_size_per_learner"], steps // 2))
+    episodes = [(0, ret, length) for _, ret, length in run.episodes]
+    return LearningRun(
+        OWN, seed, episodes, sum(e[2] for e in episodes), figures["wall"], figures["sample_wall"], float("nan")
+    )
+
+
 def returns_at(episodes: list[tuple[int, float, int]], marks: list[int], window: int) -> list[float]:
     """At each mark of env steps, the mean return of the episodes that ended in the ``window`` steps before it
     (the last episode ended before it, if none did)."""
@@ -358,22 +380,29 @@ def mean_std(values: list[float]) -> str:
 
 def learning_table(learning: dict[str, Any]) -> str:
     seeds = learning["seeds"]
+    returns = learning["returns"]
+    own = OWN in returns  # results saved before RLlib's own runner was measured have no such path
     lines = [
         f"### Gymnasium through ROS: learning equivalence ({learning['env']}, trainer `{learning['trainer']}`, "
         f"{len(seeds)} seeds, 1 copy, {learning['steps']:,} env steps per run)",
         "",
     ]
     head = ("env steps", "direct: return (mean ± std)", "through ROS: return (mean ± std)", "ROS - direct")
+    if own:
+        head += ("RLlib's own runner: return (mean ± std)", "ROS - RLlib's own")
     body = []
-    returns = learning["returns"]
     for i, mark in enumerate(learning["marks"]):
-        values = {path: [curve[i] for curve in returns[path]] for path in PATHS}
-        gap = statistics.fmean(values["ros"]) - statistics.fmean(values["direct"])
-        body.append((f"{mark:,}", mean_std(values["direct"]), mean_std(values["ros"]), f"{gap:+.1f}"))
+        values = {path: [curve[i] for curve in returns[path]] for path in returns}
+        row = [f"{mark:,}", mean_std(values["direct"]), mean_std(values["ros"]), _gap(values, "direct")]
+        if own:
+            row += [mean_std(values[OWN]), _gap(values, OWN)]
+        body.append(row)
     # each run's curve in one number: its mean over the marks (the area under it)
-    whole = {path: [statistics.fmean(curve) for curve in returns[path]] for path in PATHS}
-    gap = statistics.fmean(whole["ros"]) - statistics.fmean(whole["direct"])
-    body.append(("mean over the marks", mean_std(whole["direct"]), mean_std(whole["ros"]), f"{gap:+.1f}"))
+    whole = {path: [statistics.fmean(curve) for curve in returns[path]] for path in returns}
+    row = ["mean over the marks", mean_std(whole["direct"]), mean_std(whole["ros"]), _gap(whole, "direct")]
+    if own:
+        row += [mean_std(whole[OWN]), _gap(whole, OWN)]
+    body.append(row)
     lines.append(common.md_table(head, body))
     differences = learning["first_difference"]
     same = sum(first is None for first, _ in differences)
@@ -386,25 +415,38 @@ def learning_table(learning: dict[str, Any]) -> str:
         f"({', '.join(str(n) for _, n in differences)} episodes compared)"
         + (f"; the first that differs: {', '.join(diverged)}." if diverged else "."),
         "",
-        common.md_table(
-            ("per env step (median of the runs)", "direct", "through ROS", "ROS ÷ direct"),
-            [
-                (
-                    what,
-                    f"{learning[key]['direct'] * 1e6:,.0f} µs",
-                    f"{learning[key]['ros'] * 1e6:,.0f} µs",
-                    common.fmt_ratio(learning[key]["ros"] / learning[key]["direct"]),
-                )
-                for what, key in (
-                    ("wall-clock, the trainer's updates included", "wall_per_step"),
-                    ("wall-clock while the trainer answers", "serving_wall_per_step"),
-                    ("client CPU (direct client; robot + bridge)", "cpu_per_step"),
-                )
-                if key in learning
-            ],
-        ),
     ]
+    # the baseline is what a user would pick instead: RLlib's own runner where it ran, else the direct client
+    base, title = (OWN, "RLlib's own runner") if own else ("direct", "direct")
+    per_step_paths = [base, *(path for path in PATHS if path != base)]
+    head = ("per env step (median of the runs)", *(PER_STEP_TITLES[p] for p in per_step_paths), f"ROS ÷ {title}")
+    rows = []
+    for what, key in (
+        ("wall-clock, the trainer's updates included", "wall_per_step"),
+        ("wall-clock while the trainer answers (RLlib's own: while it samples)", "serving_wall_per_step"),
+        ("client CPU (direct client; robot + bridge)", "cpu_per_step"),
+    ):
+        if key not in learning:
+            continue
+        figures = learning[key]
+        cells = [common.fmt_us(figures[p]) + " µs" if figures[p] == figures[p] else "-" for p in per_step_paths]
+        ratio = figures["ros"] / figures[base] if figures[base] == figures[base] else float("nan")
+        rows.append((what, *cells, common.fmt_ratio(ratio)))
+    lines.append(common.md_table(head, rows))
+    if own:
+        lines += [
+            "",
+            "RLlib's own runner steps the env in its own process: its CPU, and each process's through ROS, is in "
+            "bench_rllib.py's cost table.",
+        ]
     return "\n".join(lines)
+
+
+PER_STEP_TITLES = {OWN: "RLlib's own runner (baseline)", "direct": "direct (in-process client)", "ros": "through ROS"}
+
+
+def _gap(values: dict[str, list[float]], base: str) -> str:
+    return f"{statistics.fmean(values['ros']) - statistics.fmean(values[base]):+.1f}"
 
 
 def tables(results: dict[str, Any]) -> str:
@@ -443,6 +485,11 @@ def tables(results: dict[str, Any]) -> str:
 
 
 TRAINER_TITLES = {"rllib": "RLlib PPO", "demo": "the demo trainer"}
+PLOT_LABELS = {
+    OWN: "RLlib's own SingleAgentEnvRunner (no ROS)",
+    "direct": "(a) direct (in-process client)",
+    "ros": "(b) through plugrl-gym-robot + bridge",
+}
 
 
 def plot(results: dict[str, Any], path: Path) -> bool:
@@ -458,15 +505,17 @@ def plot(results: dict[str, Any], path: Path) -> bool:
     fig, axes = plt.subplots(1, len(sections), figsize=(7 * len(sections), 4.5), squeeze=False)
     for ax, learning in zip(axes[0], sections):
         marks = np.asarray(learning["marks"])
-        for name, style, width in (("direct", "-", 3.0), ("ros", "--", 1.5)):
+        for name, style, width in ((OWN, ":", 2.0), ("direct", "-", 3.0), ("ros", "--", 1.5)):
+            if name not in learning["returns"]:
+                continue
             curves = np.asarray(learning["returns"][name])
             mean, std = curves.mean(axis=0), curves.std(axis=0, ddof=1 if len(curves) > 1 else 0)
-            label = "(a) direct (in-process client)" if name == "direct" else "(b) through plugrl-gym-robot + bridge"
+            label = PLOT_LABELS[name]
             line = ax.plot(marks, mean, style, linewidth=width, label=f"{label}: mean ± std, {len(curves)} seeds")[0]
             ax.fill_between(marks, mean - std, mean + std, alpha=0.12, color=line.get_color())
             for curve in curves:
                 ax.plot(marks, curve, style, linewidth=0.6, alpha=0.5, color=line.get_color())
-        highest = max(max(max(curve) for curve in learning["returns"][name]) for name in PATHS)
+        highest = max(max(max(curve) for curve in curves) for curves in learning["returns"].values())
         ax.set_ylim(0.0, 1.1 * highest)  # the band of mean ± std may pass the highest return a seed reached
         ax.set_xlabel("env steps")
         ax.set_ylabel("episode return (episodes ending in the last tenth)")
@@ -491,17 +540,19 @@ def plot(results: dict[str, Any], path: Path) -> bool:
 
 def learn(trainer: str, seeds: int, steps: int, tmp: Path) -> dict[str, Any]:
     """The learning-equivalence runs of one trainer, both paths, interleaved seed by seed."""
-    runs: dict[str, list[LearningRun]] = {path: [] for path in PATHS}
+    # RLlib's own runner is the baseline an RLlib user would pick instead: it runs for the rllib trainer
+    paths = (OWN, *PATHS) if trainer == "rllib" else PATHS
+    runs: dict[str, list[LearningRun]] = {path: [] for path in paths}
     for seed in range(seeds):
-        for path in PATHS:  # interleaved: load on the shared cores hits both paths alike
-            run = learning_run(trainer, path, seed, steps, tmp)
+        for path in paths:  # interleaved: load on the shared cores hits every path alike
+            run = own_run(seed, steps, tmp) if path == OWN else learning_run(trainer, path, seed, steps, tmp)
             runs[path].append(run)
             print(f"{trainer}, seed {seed}, {path}: {len(run.episodes)} episodes, {run.steps} steps", flush=True)
     window = max(steps // 10, 1)
     marks = [window * k for k in range(1, 11)]
 
     def median(key: str) -> dict[str, float]:
-        return {path: statistics.median(getattr(r, key) for r in runs[path]) for path in PATHS}
+        return {path: statistics.median(getattr(r, key) for r in runs[path]) for path in paths}
 
     return {
         "env": LEARNING_ENV,
@@ -509,7 +560,7 @@ def learn(trainer: str, seeds: int, steps: int, tmp: Path) -> dict[str, Any]:
         "seeds": list(range(seeds)),
         "steps": steps,
         "marks": marks,
-        "returns": {path: [returns_at(r.episodes, marks, window) for r in runs[path]] for path in PATHS},
+        "returns": {path: [returns_at(r.episodes, marks, window) for r in runs[path]] for path in paths},
         "first_difference": [first_difference(a.episodes, b.episodes) for a, b in zip(runs["direct"], runs["ros"])],
         "wall_per_step": median("wall_per_step"),
         "serving_wall_per_step": median("serving_wall_per_step"),

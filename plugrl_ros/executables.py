@@ -29,12 +29,14 @@ from plugrl_ros import stop_request
 EXECUTABLES = {
     "bridge": "plugrl_ros.node.bridge_main",
     "demo_robot": "plugrl_ros.demo.robot_node",
+    "demo_teleop": "plugrl_ros.demo.teleop_node",
     "demo_trainer": "plugrl_ros.demo.trainer",
     "probe_robot": "plugrl_ros.tools.probe_robot",
     "test_trainer": "plugrl_ros.tools.test_trainer",
     "plugrl-bridge": "plugrl_ros.node.bridge_main",
     "plugrl-demo": "plugrl_ros.demo.runner",
     "plugrl-demo-robot": "plugrl_ros.demo.robot_node",
+    "plugrl-demo-teleop": "plugrl_ros.demo.teleop_node",
     "plugrl-demo-trainer": "plugrl_ros.demo.trainer",
     "plugrl-probe": "plugrl_ros.tools.probe",
     "plugrl-probe-robot": "plugrl_ros.tools.probe_robot",
@@ -45,6 +47,8 @@ EXECUTABLES = {
     # the gym extra (plugrl_ros[gym]): Gymnasium envs as robots
     "gym_robot": "plugrl_ros.gym.robot_main",
     "plugrl-gym-robot": "plugrl_ros.gym.robot_main",
+    # the rllib extra (plugrl_ros[rllib]): an RLlib checkpoint's policy served for deploy mode
+    "plugrl-policy-server": "plugrl_ros.tools.rllib_policy_server",
 }
 
 # The start of every executable and child process. Site initialisation (the venv, .pth files: a tenth of a

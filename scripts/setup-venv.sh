@@ -47,7 +47,9 @@ if [ -f "$marker" ] && [ "$(sed -n 1p "$marker")" != "$wheels" ]; then
 fi
 python="${PYTHON:-python3}"
 cd "$root"
-hash="$( (cat "requirements/ros-$wheels.txt" requirements/base.txt requirements/dev.txt setup.py; echo "$extra"; \
+# setup.py reads the extras' pins (requirements/gym.txt, rllib.txt) into the package's metadata: hashed always
+hash="$( (cat "requirements/ros-$wheels.txt" requirements/base.txt requirements/dev.txt setup.py \
+    requirements/gym.txt requirements/rllib.txt; echo "$extra"; \
     for name in ${extras//,/ }; do cat "requirements/$name.txt"; done) | sha256sum | cut -c1-16)"
 stamp="$venv/.plugrl-ros-setup-$hash"
 if [ -f "$stamp" ]; then

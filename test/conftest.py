@@ -22,6 +22,9 @@ _index = int("".join(ch for ch in _worker if ch.isdigit()) or 0)
 # PLUGRL_TEST_DOMAIN_BASE lets two suites share a machine (each worker uses base + 10 * index).
 _base = int(os.environ.get("PLUGRL_TEST_DOMAIN_BASE", "20"))
 os.environ["ROS_DOMAIN_ID"] = str(_base + (_index % 8) * 10)
+# The servers under test read their API key from PLUGRL_API_KEY by default: one exported in the
+# developer's shell would make every test server refuse the test clients. Tests set keys of their own.
+os.environ.pop("PLUGRL_API_KEY", None)
 
 
 @pytest.fixture(autouse=True)

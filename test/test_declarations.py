@@ -1,4 +1,5 @@
-"""The declarations are the one source of defaults: README's table and config/bridge.yaml agree with them."""
+"""The declarations are the one source of defaults: the configuration reference (docs/configuration.md, linked from
+the README) and config/bridge.yaml agree with them."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from plugrl_ros.ros.node_parameters import overrides
 
 pytestmark = [pytest.mark.ros]
 
-README = (ROOT / "README.md").read_text()
+REFERENCE = (ROOT / "docs/configuration.md").read_text()
 BRIDGE_YAML = ROOT / "config" / "bridge.yaml"
 
 KIND_TYPES = {
@@ -31,7 +32,7 @@ KIND_TYPES = {
 
 
 def shown(default) -> str:
-    """A default as README's table writes it."""
+    """A default as the reference table writes it."""
     if default is REQUIRED or default is NONE or default is PER_TYPE:
         return repr(default)
     if isinstance(default, bool):
@@ -44,7 +45,7 @@ def shown(default) -> str:
 
 
 def readme_rows() -> dict[str, tuple[str, str]]:
-    section = README.split("## Configuration reference", 1)[1].split("\n## ", 1)[0]
+    section = REFERENCE.split("\n## Keys\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"(?m)^\| `([^`]+)` \| ([^|]+) \| ([^|]+) \|", section)
     keys = [key for key, _, _ in rows]
     assert len(keys) == len(set(keys)), "a key is listed twice"
@@ -117,8 +118,9 @@ def test_what_a_config_leaves_out_runs_with_the_declared_default():
         if spec.has_default:
             assert value == spec.default, key
     with_text_topic = {"observations.text.qos", "observations.text.max_age_s", "observations.text.sync"}
-    with_policy = {s.key for s in SPECS if s.key.startswith("policy.")}  # read when the section is given
-    assert {s.key for s in SPECS if "<" not in s.key and s.has_default} - with_text_topic - with_policy <= set(used)
+    # read when the section is given
+    with_section = {s.key for s in SPECS if s.key.startswith(("policy.", "intervention."))}
+    assert {s.key for s in SPECS if "<" not in s.key and s.has_default} - with_text_topic - with_section <= set(used)
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.has_default], ids=lambda s: s.key)

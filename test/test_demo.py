@@ -413,7 +413,8 @@ def test_the_deploy_step_serves_a_linear_policy_that_reaches_the_target(tmp_path
     """The demo's own deploy commands, with a known-good linear policy in place of the learned one."""
     from harness import process, python_module, wait_until
 
-    from plugrl_ros.demo.runner import DiagnosticsWatch, deploy_bridge_command, policy_server_command
+    from plugrl_ros.demo.learned_policy import policy_server_command
+    from plugrl_ros.demo.runner import DiagnosticsWatch, deploy_bridge_command
     from plugrl_ros.shipped import shipped_file
 
     # the states in name order: joints (2 angles, 2 velocities), then target (dx, dy, then the joint offsets)

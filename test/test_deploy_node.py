@@ -414,3 +414,91 @@ def test_a_pause_idles_the_robot_and_nothing_planned_before_it_runs_after_it(tmp
     # every chunk after the pause was computed from an observation taken after the robot had begun to idle
     # (a 50-step chunk planned before the pause would still have had steps left to replay)
     assert all(round(item[2]) - OFFSET > first_idle for item in items[back:] if item is not None)
+
+
+def test_a_server_answering_the_wrong_horizon_is_refused_said_once_and_asked_again_only_with_backoff(tmp_path, robot):
+    port = free_port()
+    # announces nothing, answers H=8 where the robot is configured for 4: every answer is rejected
+    server = Server(port, "--horizon", "8", "--action-dim", str(WIDTH), "--metadata", "{}")
+    counting = CountingRobot(robot)
+    diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
+    params = deploy_params(port, "switch", 4, reconnect_initial_s=0.5, reconnect_max_s=2.0)
+
+    def rejected(msg: DiagnosticArray) -> bool:
+        return has_env_entry(msg) and int(env_status(msg, 0)[2].get("answers rejected", "0")) >= 4
+
+    try:
+        with bridge(tmp_path, params) as child:
+            wait_until(lambda: counting.received > 0, 60, "the bridge's first command")
+            first_tick = counting.received
+            _, diag = first_diag(diagnostics, rejected, 60, "four rejected answers")
+            ticks = counting.received - first_tick
+            level, message, values = env_status(diag, 0)
+            output = child.output()
+    finally:
+        server.stop()
+    assert not any(d is not None for d in decoded(counting.rows()))  # nothing of a rejected answer ran
+    # asked again (after 0.25-0.5 s, then 0.5-1 s, ...), never once a tick (that was ~1 request per tick)
+    assert ticks >= 20 * int(values["answers rejected"]), (ticks, values)
+    assert level == 2 and "has a horizon of 8 steps, expected 4" in message, (level, message)
+    said = [line for line in output.splitlines() if "answer was rejected" in line]
+    assert len(said) == 1 and "[ERROR]" in said[0], said
+
+
+def test_a_person_takes_over_from_the_policy_server_and_on_release_the_robot_idles_until_a_fresh_chunk(tmp_path, robot):
+    """Deploy mode with a gamepad: while the deadman is held the person's command runs and the server's chunks
+    are dropped; silent while held, the robot idles; released, no chunk computed before the release runs."""
+    from sensor_msgs.msg import Joy
+
+    person_row = [-0.5] * WIDTH
+    held = [False]
+    pad = robot.stream(Joy, "/joy", lambda: Joy(axes=[1.0], buttons=[0, 0, int(held[0])]), period_s=0.05)
+    port = free_port()
+    server = Server(port, "--horizon", "10", "--action-dim", str(WIDTH))
+    params = deploy_params(port, "switch", 10)
+    params["intervention"] = {
+        "source": "joy",
+        "max_age_s": 0.3,
+        "joy": {"topic": "/joy", "axes": [0] * WIDTH, "scale": -0.5, "button": 2},
+    }
+
+    def kinds(rows: list[np.ndarray]) -> list[str]:
+        return ["person" if r.tolist() == person_row else "idle" if not r.any() else "policy" for r in rows]
+
+    def since(index: int) -> list[str]:
+        return kinds(counting.rows()[index:])
+
+    def after_first(seen: list[str], kind: str) -> set[str]:
+        return set(seen[seen.index(kind) :])
+
+    try:
+        counting = CountingRobot(robot)
+        with bridge(tmp_path, params):
+            wait_until(lambda: since(0).count("policy") >= 30, 120, "the policy driving")
+            held[0] = True
+            hold = len(counting.rows())
+            wait_until(lambda: since(hold).count("person") >= 20, 20, "the person driving")
+            assert after_first(since(hold), "person") == {"person"}, "the server's chunk ran while the person held"
+
+            pad.on = False  # the gamepad dies with the deadman held
+            quiet = len(counting.rows())
+            wait_until(lambda: since(quiet).count("idle") >= 30, 20, "idle while the device is silent")
+            assert after_first(since(quiet), "idle") == {"idle"}, "a silent held device let the policy drive"
+
+            pad.on = True
+            back = len(counting.rows())
+            wait_until(lambda: since(back).count("person") >= 10, 20, "the person back")
+            held[0] = False
+            release = len(counting.rows())
+            wait_until(lambda: since(release).count("policy") >= 20, 60, "the policy driving again")
+            rows = counting.rows()
+    finally:
+        server.stop()
+    seen = kinds(rows)
+    last_person = max(i for i, kind in enumerate(seen) if kind == "person")
+    first_policy = seen.index("policy", last_person)
+    assert "idle" in seen[last_person:first_policy], "no idle between the person and the policy"
+    # a chunk's stamp is the count its observation had, and message i went out at count OFFSET + i:
+    # a chunk computed before the person's last command carries a smaller stamp
+    stamps = [decode_row(row)[2] for row, kind in zip(rows[first_policy:], seen[first_policy:]) if kind == "policy"]
+    assert stamps and min(stamps) >= OFFSET + last_person, "a chunk computed before the release ran after it"

@@ -34,15 +34,21 @@ def test_the_gym_benchmark_prints_its_tables_and_its_report_section(tmp_path):
 @pytest.mark.rllib
 def test_rllib_ppo_learns_from_the_very_same_episodes_on_both_paths(tmp_path):
     """RLlib PPO, its PlugRL runner serving the direct client and then the bridge, over one update: with the
-    whole batch awaited by every sample, the ROS path changes nothing the learner sees."""
+    whole batch awaited by every sample, the ROS path changes nothing the learner sees; the same PPO through
+    RLlib's own runner is the per-step baseline."""
     pytest.importorskip("ray.rllib")
     pytest.importorskip("mujoco")
     results = tmp_path / "gym.json"
-    out = run("bench_gym.py", "--quick", "--part", "learning", "--json", str(results), timeout=420)
+    out = run("bench_gym.py", "--quick", "--part", "learning", "--json", str(results), timeout=600)
     assert "trainer `rllib`, 1 seeds, 1 copy, 1,200 env steps per run" in out
     assert "Same episodes, return for return, on both paths: 1 of 1 seeds" in out
+    # the baseline is RLlib's own runner on the same config, seed, module and connectors, which ran too
+    header = "| RLlib's own runner (baseline) | direct (in-process client) | through ROS | ROS ÷ RLlib's own runner |"
+    assert header in out
     saved = json.loads(results.read_text())
     (learning,) = saved["learning"]
+    ((own_curve,),) = [learning["returns"]["own"]]
+    assert len(own_curve) == len(learning["marks"]) and learning["wall_per_step"]["own"] > 0
     assert learning["trainer"] == "rllib" and not saved["rows"]
     # each run took 1,200 steps, more than one PPO batch (1,000): what the update learned was compared too
     assert learning["steps"] == 1_200

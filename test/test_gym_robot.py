@@ -177,10 +177,11 @@ def test_the_camera_reaches_the_trainer_through_the_printed_config(tmp_path, env
 
 
 @pytest.mark.websockets_incidental
-def test_the_readme_commands_train_on_a_gymnasium_env_through_ros(tmp_path):
-    """README's three commands, as written (the first, the install, is how CI's gym pass made this venv),
-    with the demo trainer the README names: the robot, the printed config, the bridge; the learner improves."""
-    section = (ROOT / "README.md").read_text().split("## Gymnasium environments as robots", 1)[1].split("\n## ")[0]
+def test_the_documented_commands_train_on_a_gymnasium_env_through_ros(tmp_path):
+    """docs/gym.md's three commands (the README links it), as written (the first, the install, is how CI's gym
+    pass made this venv), with the demo trainer it names: the robot, the printed config, the bridge; the learner
+    improves."""
+    section = (ROOT / "docs/gym.md").read_text().split("\n## ")[0]
     install, robot_line, bridge_line = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1).splitlines()
     assert install.startswith('scripts/setup-venv.sh .venv kilted "" gym')
     assert robot_line.endswith(" &") and "TRAINER:8000" in bridge_line

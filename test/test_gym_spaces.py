@@ -71,6 +71,15 @@ def test_a_discrete_action_is_one_value_rounded_to_the_nearest_allowed_integer()
         action_layout(spaces.MultiBinary(3))
 
 
+def test_an_exact_half_rounds_to_the_even_integer_as_numpy_rint_does():
+    """The documented rule (docs/gym.md, spaces.py): nearest integer, halves to even; Discrete and integer Box alike."""
+    discrete = action_layout(spaces.Discrete(6, start=-2))
+    halves = [-1.5, -0.5, 0.5, 1.5, 2.5]
+    assert [int(discrete.to_env(np.array([v]))) for v in halves] == [-2, 0, 0, 2, 2]
+    box = action_layout(spaces.Box(-5, 5, (5,), np.int32))
+    assert box.to_env(np.array(halves)).tolist() == [-2, 0, 0, 2, 2]
+
+
 def test_episode_seeds_depend_on_seed_copy_and_episode_and_on_nothing_else():
     seeds = {episode_seed(s, c, e) for s in range(3) for c in range(3) for e in range(3)}
     assert len(seeds) == 27

@@ -36,6 +36,16 @@ FORBIDDEN = {
     "train": ("plugrl_ros.policy", "plugrl_ros.node", "plugrl_ros.record", "plugrl_ros.tools", "plugrl_ros.demo"),
     # deploy mode, like train mode, knows the recorder only as an observer (deploy/observer.py)
     "deploy": ("plugrl_ros.rollout", "plugrl_ros.train", "plugrl_ros.record", "plugrl_ros.tools", "plugrl_ros.demo"),
+    # teleop mode, like deploy mode, knows the recorder only as an observer, and neither link
+    "teleop": (
+        "plugrl_ros.rollout",
+        "plugrl_ros.train",
+        "plugrl_ros.deploy",
+        "plugrl_ros.record",
+        "plugrl_ros.tools",
+        "plugrl_ros.demo",
+        "websockets",
+    ),
     "node": ("plugrl_ros.tools", "plugrl_ros.demo"),
     # The recorder observes the node, it is not part of it: no rclpy (message definitions are read
     # as files through ament_index), no node code, no rollout state.
@@ -75,6 +85,7 @@ BRIDGE_LAYERS = (
     "robot",
     "train",
     "deploy",
+    "teleop",
     "node",
 )
 
@@ -108,7 +119,19 @@ def test_a_lower_layer_never_imports_a_higher_one(layer):
 # -- the gym extra: an edge the bridge never imports; its direct path has no ROS ----------------------
 
 _GYM_EXTRA = ("plugrl_ros.gym", "gymnasium", "mujoco")
-_BRIDGE_LAYERS = ("protocol", "rollout", "policy", "params", "ros", "robot", "train", "deploy", "node", "record")
+_BRIDGE_LAYERS = (
+    "protocol",
+    "rollout",
+    "policy",
+    "params",
+    "ros",
+    "robot",
+    "train",
+    "deploy",
+    "teleop",
+    "node",
+    "record",
+)
 _GYM_WITHOUT_ROS = ("spaces.py", "copies.py", "bridge_config.py", "direct.py")
 
 

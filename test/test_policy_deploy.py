@@ -23,6 +23,7 @@ import pytest
 from plugrl_ros.policy.deploy import DeployRobot, Note
 from plugrl_ros.policy.execution import ExecutionSettings
 from plugrl_ros.policy.runner import PolicyRunner
+from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.client import ClientSettings
 from plugrl_ros.protocol.policy.client import (
     AnswerRejected,
@@ -245,4 +246,30 @@ def test_a_server_traceback_is_logged_as_an_error_with_its_end_kept():
     note = robot.on_event(ServerTraceback(1, text))
     assert note.level == "error" and note.text.endswith("ValueError: the real cause") and len(note.text) < 9000
     rejected = robot.on_event(AnswerRejected(1, 0, "actions: holds nan at step 0, value 1"))
-    assert rejected.level == "warn" and "holds nan" in rejected.text
+    assert rejected.level == "error" and "holds nan" in rejected.text
+
+
+def test_rejected_answers_are_said_once_and_asked_again_only_after_the_link_s_backoff():
+    clock = _Clock()
+    robot = DeployRobot(
+        PolicyRunner(ExecutionSettings(), PERIOD, clock), LAYOUT, Backoff(1.0, 4.0, jitter=False), clock
+    )
+    ready = {"states.joints": np.array([1.0])}
+    robot.on_event(_connected(1))
+    wrong = "actions: has a horizon of 8 steps, expected 4 (shape [8, 3])"
+    notes = []
+    for delay in (1.0, 2.0, 4.0, 4.0):
+        request = robot.tick(lambda: ready).request
+        assert request is not None
+        notes.append(robot.on_event(AnswerRejected(1, request.tag, wrong)))
+        clock.now += delay - 0.01
+        assert robot.tick(lambda: ready).request is None  # still backing off
+        clock.now += 0.02
+    assert notes[0].level == "error" and "has a horizon of 8" in notes[0].text and notes[1:] == [None] * 3
+    assert robot.problem == wrong
+    request = robot.tick(lambda: ready).request
+    fits = robot.on_event(_chunk(1, request.tag))  # a valid answer ends the backoff and the problem
+    assert fits.level == "info" and robot.problem == ""
+    requests = [robot.tick(lambda: ready).request for _ in range(20)]
+    request = next(r for r in requests if r is not None)  # at the runner's pace again, not after a delay
+    assert robot.on_event(AnswerRejected(1, request.tag, wrong)).level == "error"  # a new bout is said again

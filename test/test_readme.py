@@ -1,7 +1,9 @@
 """Every command README.md shows is run here, or mirrored exactly by a named test.
 
 A command added to the README without an entry below fails this test, so
-the README cannot drift from what is tested.
+the README cannot drift from what is tested. The same holds for the docs/ pages
+the README's reference sections moved to (MOVED): their commands are the
+README's, one link away.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from harness import ROOT, python_module, ros_env
 from plugrl_ros.tools.test_trainer import TestTrainer, TrainerSettings
 
 README = (ROOT / "README.md").read_text()
+# the references the README links to, whose commands and messages were the README's own
+MOVED = ("configuration", "deploy", "gym", "networks", "troubleshooting", "compatibility", "how-it-works", "security")
+DOCUMENTS = {"README.md": README} | {f"docs/{name}.md": (ROOT / "docs" / f"{name}.md").read_text() for name in MOVED}
+TROUBLESHOOTING = DOCUMENTS["docs/troubleshooting.md"]
 
 COLCON = "mirror: test_packaging.py::test_colcon_builds_an_install_tree_whose_bridge_starts_with_the_shipped_config"
 LAUNCH = "mirror: test_packaging.py::test_the_launch_file_starts_the_bridge_executable_with_the_shipped_config"
@@ -27,7 +33,7 @@ BRIDGE = "mirror: test_bridge_node.py::"
 PAUSE = BRIDGE + "test_pausing_idles_the_actuators_truncates_the_running_episode_and_unpausing_resumes"
 PIP_BRIDGE = "run: test_the_pip_bridge_command_starts_with_a_params_file_and_an_override"
 DEPENDENCIES = "mirror: test_packaging.py::test_every_third_party_import_is_declared_in_package_xml"
-GYM = "mirror: test_gym_robot.py::test_the_readme_commands_train_on_a_gymnasium_env_through_ros"
+GYM = "mirror: test_gym_robot.py::test_the_documented_commands_train_on_a_gymnasium_env_through_ros"
 DIAGNOSTICS = BRIDGE + "test_diagnostics_report_the_link_the_achieved_control_rate_and_each_envs_episodes"
 
 # command prefix -> how it is exercised: "run: <test here>", "mirror: <test file>::<test>", or why not here
@@ -56,7 +62,7 @@ EXERCISED = {
     "ros2 topic info -v": "not here: ros2cli is not on PyPI; a standard ROS 2 tool the troubleshooting table points to",
     "source scripts/env.sh": PIP_BRIDGE,
     "plugrl-bridge --ros-args --params-file": PIP_BRIDGE,
-    # the demo's deploy step builds this command (policy_server_command) and the bridge's deploy overrides
+    # the demo's deploy step builds this command (learned_policy.py) and the bridge's deploy overrides
     "plugrl-test-policy-server": (
         "mirror: test_demo.py::test_the_deploy_step_serves_a_linear_policy_that_reaches_the_target"
     ),
@@ -78,6 +84,7 @@ EXERCISED = {
     "OMP_NUM_THREADS=1 python bench/bench_gym.py --trainer rllib --trainer demo": (
         "mirror: test_gym_bench.py::test_rllib_ppo_learns_from_the_very_same_episodes_on_both_paths"
     ),
+    "scripts/fleet.sh": "mirror: .ci/run (the fleet block runs it, as root, with the rllib stage's venv)",
     "plugrl-demo --trainer rllib": (
         "mirror: test_rllib_bridge.py::test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge"
     ),
@@ -89,26 +96,47 @@ _COMMAND_WORDS = (
 )  # fmt: skip
 
 
-def readme_commands() -> list[str]:
+def readme_commands(text: str = README) -> list[str]:
     """Commands in fenced shell blocks and in inline code that starts with a command word."""
     commands = []
     # every fence, whatever its language (so that a yaml or python block's fences never pair with another's)
-    for language, block in re.findall(r"^```(\w*)\n(.*?)^```", README, flags=re.S | re.M):
+    for language, block in re.findall(r"^```(\w*)\n(.*?)^```", text, flags=re.S | re.M):
         if language not in ("", "bash", "sh"):
             continue
         for line in block.splitlines():
             line = line.split("#")[0].strip() if not line.lstrip().startswith("#") else ""
             if line.startswith(_COMMAND_WORDS):
                 commands.append(line)
-    for inline in re.findall(r"`([^`\n]+)`", README):
+    for inline in re.findall(r"`([^`\n]+)`", text):
         if inline.startswith(_COMMAND_WORDS) and " " in inline:
             commands.append(inline)
     return commands
 
 
-def test_every_readme_command_is_exercised():
-    unmapped = [c for c in readme_commands() if not any(c.startswith(prefix) for prefix in EXERCISED)]
-    assert not unmapped, f"README commands with no test: {unmapped}"
+@pytest.mark.parametrize("document", sorted(DOCUMENTS))
+def test_every_readme_command_is_exercised(document):
+    commands = readme_commands(DOCUMENTS[document])
+    unmapped = [c for c in commands if not any(c.startswith(prefix) for prefix in EXERCISED)]
+    assert not unmapped, f"{document}: commands with no test: {unmapped}"
+
+
+def test_the_readme_links_every_page_its_references_moved_to():
+    documentation = README.split("## Documentation", 1)[1].split("\n## ", 1)[0]
+    for name in (*MOVED, "recording", "rllib", "performance", "protocol", "design"):
+        assert f"](docs/{name}.md)" in documentation, f"README's Documentation list does not link docs/{name}.md"
+
+
+@pytest.mark.ros
+def test_the_readme_params_example_loads_as_a_bridge_config(tmp_path):
+    """The minimal params file under "Training your robot" is one the bridge starts with."""
+    from test_packaging import flat_params
+
+    from plugrl_ros.ros.config import load_config
+
+    (example,) = [b for b in re.findall(r"^```yaml\n(.*?)^```", README, flags=re.S | re.M) if "ros__parameters" in b]
+    (tmp_path / "my_robot.yaml").write_text(example)
+    config = load_config(flat_params(tmp_path / "my_robot.yaml"))
+    assert config.mode == "train" and [a.name for a in config.actions] == ["arm"], config
 
 
 def test_every_mirroring_test_exists():
@@ -218,7 +246,6 @@ def _installed(command: list[str]) -> list[str]:
     ],
 )
 def test_every_troubleshooting_message_is_one_the_package_prints(fragment):
-    troubleshooting = README.split("## Troubleshooting", 1)[1].split("\n## ", 1)[0]
-    assert fragment in troubleshooting
+    assert fragment in TROUBLESHOOTING
     sources = "".join(p.read_text() for p in (ROOT / "plugrl_ros").rglob("*.py"))
     assert fragment in sources, f"README quotes a message the package never prints: {fragment!r}"

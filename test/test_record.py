@@ -188,6 +188,27 @@ def test_deploy_mode_s_calls_read_back_value_for_value_whatever_a_server_puts_in
     assert traceback.msg.level == channels.WARN and values(traceback.msg)["text"].endswith("RuntimeError: boom")
 
 
+def test_a_step_with_a_person_in_the_loop_records_who_commanded_it_and_the_persons_command(tmp_path):
+    """Through the writer process: the flags at every step, the person's command on the steps that were theirs;
+    without a person in the loop neither channel is written."""
+    person = np.array([-0.5, 2.0])
+    recorder = Recorder(settings(tmp_path))
+    recorder.start()
+    recorder.step(0, 10, 3, {"arm": person * 2.0}, None, (True, True, person))
+    recorder.step(1, 20, None, {"arm": np.zeros(2)}, None, (False, True, None))  # a silent device: idle
+    recorder.step(0, 30, 4, {"arm": np.ones(2)}, None, (False, False, None))  # the policy's step
+    recorder.step(0, 40, 5, {"arm": np.ones(2)})  # no person in the loop
+    status = recorder.close()
+    assert status.state is RecorderState.STOPPED, status.error
+    grouped = {seq: {m.topic: m.msg for m in msgs} for seq, msgs in by_call(read(list(status.files))).items()}
+    assert labelled(grouped[1]["/plugrl/env0/intervention"]) == {"person": 1.0, "replaced": 1.0}
+    np.testing.assert_array_equal(array(grouped[1]["/plugrl/env0/person_command"]), person)
+    assert labelled(grouped[2]["/plugrl/env1/intervention"]) == {"person": 0.0, "replaced": 1.0}
+    assert "/plugrl/env1/person_command" not in grouped[2]
+    assert labelled(grouped[3]["/plugrl/env0/intervention"]) == {"person": 0.0, "replaced": 0.0}
+    assert set(grouped[4]) == {"/plugrl/env0/step", "/plugrl/env0/command/arm"}
+
+
 def test_the_messages_are_real_ros_2_messages(tmp_path):
     """rclpy's own CDR deserializer (what ros2 bag play uses) decodes what was written, to the same values."""
     from diagnostic_msgs.msg import DiagnosticStatus

@@ -397,3 +397,38 @@ def test_a_bridge_killed_mid_run_leaves_a_file_readable_up_to_its_last_complete_
     )
     assert info.returncode == 0, info.stderr
     assert ("(complete)" if killed == "bridge" else "(cut off)") in info.stdout
+
+
+def test_a_bridge_stopped_by_sigint_records_its_close_after_the_connect_and_the_metadata(tmp_path):
+    """Ctrl-C while the trainer serves: the recording ends with the link's close (the bridge closing with
+    1000), as it holds the connect and the metadata; nothing of the link is recorded after it."""
+    port = free_port()
+    trainer = TrainerThread(trainer_settings(port=port, script=("serve",), n_envs=1, horizon=4))
+    listener = Robot()
+    try:
+        heard = listener.listen(Float64MultiArray, "/probe0/action")
+        command = probe_bridge_command(f"ws://127.0.0.1:{port}", 1, mode="timer", rate=50.0)
+        command += ["-p", f"record.path:={tmp_path}"]
+        with probe_robot(1), shown(Child(command), "bridge") as bridge:
+            wait_for_actuators(listener, 1)
+            trainer.start()
+            wait_until(lambda: len(heard.msgs()) >= 8, 60, "the robot stepping under the trainer")
+            bridge.proc.send_signal(signal.SIGINT)
+            code = bridge.wait(30)
+            output = bridge.output()
+    finally:
+        listener.close()
+        trainer.end()
+        trainer.join(30)
+    assert code == 0, output
+    files = sorted(tmp_path.glob("*.mcap"))
+    records, readers = [], []
+    for reader, recorded in read_all(files):
+        records.append(recorded)
+        readers.append(reader)
+    assert len(files) == 1 and readers[-1].complete, readers[-1].problem
+    events = [(r.msg.message, values(r.msg)) for r in records if r.topic == "/plugrl/link/event"]
+    assert [kind for kind, _ in events] == ["connect", "metadata", "close"], events
+    close = events[-1][1]
+    assert close["epoch"] == 1 and close["reason"].startswith("client stopped"), close
+    assert "trainer connection closed (client stopped" in output, output

@@ -214,7 +214,7 @@ def test_step_results_and_episodes_are_the_rewards_the_robot_published(recorded_
 
 
 def test_link_events_hold_the_connects_the_server_s_traceback_and_its_close(recorded_deploy_run):
-    records, _, _, _, _, _ = recorded_deploy_run
+    records, _, _, _, _, output = recorded_deploy_run
     events = [(r.msg.message, values(r.msg)) for r in records if r.topic == "/plugrl/link/event"]
     kinds = [kind for kind, _ in events]
     assert kinds.count("connect") >= 2 and kinds.count("metadata") == kinds.count("connect"), kinds
@@ -226,8 +226,12 @@ def test_link_events_hold_the_connects_the_server_s_traceback_and_its_close(reco
     close = events[failed + 1]
     assert close[0] == "close" and close[1]["code"] == 1011 and close[1]["dropped_envs"] == [0], close
     assert kinds[failed + 2 : failed + 4] == ["connect", "metadata"]
-    counts = events[-1]
-    assert counts[0] == "counts" and counts[1]["env"] == 0  # the runner's own counters, at the end
+    # the bridge was stopped by SIGINT: the runner's own counters, then its connection's close with 1000
+    counts, close = events[-2:]
+    assert counts[0] == "counts" and counts[1]["env"] == 0, events[-2:]
+    assert close[0] == "close" and close[1]["code"] == 1000 and close[1]["env"] == 0, close
+    assert close[1]["epoch"] == counts[1]["epoch"] == kinds.count("connect"), events[-2:]
+    assert "[INFO]" in output.split("policy server connection closed (stopped)", 1)[0].rsplit("\n", 1)[-1], output
     steps = steps_of(records)
     assert counts[1]["steps"] == sum(not s["idle"] for s in steps)
     assert counts[1]["chunks"] == sum(r.msg.message == "applied" for r in of(records, "answer"))

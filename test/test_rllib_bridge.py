@@ -73,15 +73,17 @@ def reserved_ports(count: int) -> Iterator[int]:
     raise AssertionError("no block of free ports")
 
 
+@pytest.mark.timeout(480)  # 150 s of training, Ray's start, then the deploy step: past the suite's 300 s per test
 def test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge(tmp_path: Path):
-    """The README's command: PPO's mean return over the last tenth of the episodes beats the first tenth's."""
+    """The README's command: PPO's mean return over the last tenth of the episodes beats the first tenth's; then
+    plugrl-policy-server --rllib serves the run's checkpoint to the same robots in deploy mode."""
     output = tmp_path / "demo"
     command = [sys.executable, "-m", "plugrl_ros.demo.runner", "--trainer", "rllib", "--duration", "150"]
-    command += ["--deploy-duration", "0", "--no-record", "--output", str(output)]
+    command += ["--deploy-duration", "15", "--no-record", "--output", str(output)]
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        out, _ = proc.communicate(timeout=420)
+        out, _ = proc.communicate(timeout=460)
     finally:
         stop(proc)
     assert proc.returncode == 0, out
@@ -92,6 +94,11 @@ def test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge(tmp_p
     assert summary["env_steps"] > 10_000, summary
     assert summary["last_mean_return"] > summary["first_mean_return"] + 1.0, summary
     assert "plugrl-demo summary" in out and (output / "returns.png").exists()
+    deploy = summary["deploy"]  # the deploy step: the checkpoint served, episodes counted by the bridge
+    assert deploy["policy_server"] == "plugrl-policy-server --rllib" and deploy["execution"] == "sync", deploy
+    assert deploy["episodes"] >= 2 and deploy["mean_return"] is not None, deploy
+    assert deploy["bridge_exit_code"] == 0 and deploy["policy_server_exit_code"] == 0, deploy
+    assert (output / "rllib_checkpoint" / "rllib_checkpoint.json").is_file()
     log = (output / "logs" / "trainer.log").read_text()
     assert "iteration 1:" in log and "robots idle" in log
 
@@ -186,3 +193,70 @@ def _restart(port: int) -> None:
             if first.poll() is None:
                 first.kill()
             first.wait(10)
+
+
+def test_a_bridge_at_its_sites_fixed_address_trains_through_a_runner_that_ray_restarted_there():
+    """Ray restarts a killed site runner (restart_failed_env_runners); it listens at the same site address."""
+    import ray
+
+    from plugrl_ros.rllib.demo import demo_config
+
+    with reserved_ports(1) as port:
+        ray.init(
+            num_cpus=2,
+            resources={"plugrl_site": 1},
+            labels={"plugrl-site": "lab"},
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+        )
+        try:
+            config = demo_config(DEMO, port=port)
+            config.env_config["plugrl"].update(site_label="plugrl-site", sample_wait_s=3.0)
+            config = (
+                config.env_runners(num_env_runners=1, custom_resources_per_env_runner={"plugrl_site": 1})
+                .training(train_batch_size_per_learner=200, minibatch_size=100, num_epochs=1)
+                .fault_tolerance(restart_failed_env_runners=True)
+            )
+            algo = config.build_algo()
+
+            def where(runner):
+                return runner.worker_index, runner.site, runner.port, os.getpid()
+
+            (index, site, served, pid) = algo.env_runner_group.foreach_env_runner(where, local_env_runner=False)[0]
+            assert (site, served) == ("lab", port)  # the site's fixed port, not port + worker index
+            with process(robot(2)), process(bridge("bridge_s", port, ["reacher0", "reacher1"])) as bridged:
+                first = algo.train()["env_runners"]["num_env_steps_sampled"]
+                os.kill(pid, 9)  # the runner's process dies, as on a crash
+                after = []
+                for _ in range(30):  # a bound: each iteration takes at most a few seconds
+                    result = algo.train()
+                    runners = algo.env_runner_group.foreach_env_runner(where, local_env_runner=False)
+                    if runners and runners[0][3] != pid and "(connection 2)" in bridged.output():
+                        after.append(result["env_runners"].get("num_env_steps_sampled", 0))
+                        if after[-1]:
+                            break
+                output = bridged.output()
+            algo.stop()
+        finally:
+            ray.shutdown()
+    assert first > 0
+    assert runners[0][:3] == (index, "lab", port) and runners[0][3] != pid, runners
+    assert after and after[-1] > 0, output[-3000:]  # trained on steps from the restarted runner
+    assert "(connection 2)" in output  # the bridge reconnected to the same address
+
+
+def test_a_site_runner_on_a_node_without_the_site_label_refuses_to_start_naming_the_fix():
+    import ray
+
+    from plugrl_ros.rllib import PlugRLEnvRunner
+    from plugrl_ros.rllib.demo import demo_config
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        config = demo_config(DEMO, port=0)
+        config.env_config["plugrl"]["site_label"] = "plugrl-site"
+        with pytest.raises(ValueError, match=r'\["site_label"\] is .plugrl-site.*ray start --labels plugrl-site='):
+            PlugRLEnvRunner(config=config)
+    finally:
+        ray.shutdown()

@@ -20,6 +20,7 @@ from rllib_client import ACTION_HIGH, ACTION_LOW, POISON, WAIT_S, connected, mak
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.messages import episode_info
 from plugrl_ros.rllib import PlugRLEnvRunner
+from plugrl_ros.rllib.env_runner import ServerDied
 
 pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.websockets]
 
@@ -527,3 +528,89 @@ def test_evaluation_runners_listen_on_their_own_ports(runner):
         assert run(scenario)["action_dim"] == 2
     finally:
         evaluating.stop()
+
+
+def test_a_bridge_server_that_dies_fails_sample_and_is_logged_with_its_traceback(runner, caplog):
+    """A runner whose server thread died must not sample nothing for ever: RLlib must see it fail."""
+    r = runner(sample_wait_s=0.5)
+    server = r._server
+
+    def planted_bug() -> None:  # the server's own close, as it ends its run, meets an error nobody expected
+        raise RuntimeError("planted bug: nobody expected this")
+
+    server._server.close = planted_bug
+    server._thread.end()
+    assert server._thread.join(10) and not server.listening
+    with pytest.raises(ServerDied, match=r"bridge server stopped serving .*planted bug"):
+        r.sample(num_timesteps=10)
+    logged = [rec for rec in caplog.records if rec.levelname == "ERROR" and "stopped serving" in rec.getMessage()]
+    assert logged and "Traceback (most recent call last)" in logged[0].getMessage(), caplog.text
+
+
+def test_a_persons_steps_go_into_the_episode_as_executed_flagged_with_the_behaviour_logp_recomputed(runner):
+    """The episode holds the person's action on exactly the steps the person commanded, in the module's space,
+    every step says whether it was intervened, and the stored logp is that of the executed action."""
+    from ray.rllib.utils.spaces.space_utils import normalize_action
+
+    r = runner(horizon=2)
+    space = r.action_space
+    person = np.array([[0.5, -0.25]])  # what step 1 of env 0's chunk executed, in the action space
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=4)
+        chunk = await client.infer([0, 1], [[0.0, 0.1, 0.2], [1.0, 1.1, 1.2]])
+        executed = chunk.transpose(1, 0, 2).astype("<f4")  # [m, H, da]: the chunk's own actions ...
+        executed[0, 1] = person  # ... but for the person's step
+        info = {"intervention": {"active": np.array([[False, True], [False, False]]), "action": executed}}
+        await client.feedback([0, 1], [[0.5] * 3, [1.5] * 3], [1.0, 2.0], info=info)
+        second = await client.infer([0, 1], [], reuse=[True, True])
+        info = {"intervention": {"active": np.zeros((2, 2), bool), "action": second.transpose(1, 0, 2).copy()}}
+        await client.feedback([0, 1], [[0.6] * 3, [1.6] * 3], [1.0, 2.0], info=info)
+        episodes = await sample
+        await client.ws.close()
+        return chunk, episodes
+
+    chunk, episodes = run(scenario)
+    [env0] = [e for e in episodes if e.get_observations(0)[0] == 0.0]
+    [env1] = [e for e in episodes if e.get_observations(0)[0] == 1.0]
+    # (infos go with observations: index 0 is the reset's, step k's is index k + 1)
+    assert [env0.get_infos(i)["intervened"] for i in (1, 2)] == [True, False]
+    assert [env1.get_infos(i)["intervened"] for i in (1, 2)] == [False, False]
+    stored = env0.get_actions(0).reshape(2, 2)
+    # step 0 ran the chunk's action as sampled; step 1 the person's, mapped into the module's space
+    assert np.allclose(unsquash_action(stored[0], _step_space(space)), chunk[0, 0], atol=1e-5)
+    assert np.allclose(stored[1], normalize_action(person[0].astype(np.float32), _step_space(space)), atol=1e-5)
+    assert not np.allclose(unsquash_action(stored[1], _step_space(space)), chunk[1, 0], atol=1e-3)
+    # the behaviour logp is the executed action's under the distribution the policy acted with
+    inputs = env0.get_extra_model_outputs(Columns.ACTION_DIST_INPUTS)
+    dist = r.module.get_exploration_action_dist_cls().from_logits(_tensor(inputs))
+    logp = env0.get_extra_model_outputs(Columns.ACTION_LOGP)
+    assert np.allclose(dist.logp(_tensor(env0.get_actions())).numpy(), logp, atol=1e-4)
+    # the runner's own steps keep theirs
+    inputs1 = env1.get_extra_model_outputs(Columns.ACTION_DIST_INPUTS)
+    dist1 = r.module.get_exploration_action_dist_cls().from_logits(_tensor(inputs1))
+    assert np.allclose(dist1.logp(_tensor(env1.get_actions())).numpy(), env1.get_extra_model_outputs("action_logp"))
+
+
+def test_an_unreadable_intervention_info_closes_the_connection_for_a_resync(runner):
+    r = runner(horizon=2)
+
+    async def scenario():
+        client = await connected(r.port)
+        sample = await sampling(r, num_timesteps=2)
+        await client.infer([0], [[0.0, 0.1, 0.2]])
+        info = {"intervention": {"active": np.array([[True]]), "action": np.zeros((1, 1, 2), "<f4")}}  # H is 2
+        await client.feedback([0], [[0.5] * 3], [1.0], info=info)
+        await client.ws.wait_closed()
+        await sample
+        return client.ws.close_reason
+
+    assert run(scenario) == RESYNC_REASON
+
+
+def _step_space(space):
+    """One control step's space out of the chunk's flat [H * action_dim] Box."""
+    import gymnasium as gym
+
+    return gym.spaces.Box(space.low[:2], space.high[:2], dtype=space.dtype)

@@ -29,6 +29,13 @@ def test_runner_i_listens_on_port_plus_i_and_port_0_stays_a_free_port():
         RunnerSettings(port=8000).port_of(1, evaluation=True)
 
 
+def test_a_site_runner_listens_on_the_sites_fixed_port_whatever_its_worker_index():
+    sited = RunnerSettings(port=8000, evaluation_port=9000, site_label="plugrl-site")
+    assert [sited.port_of(i) for i in range(4)] == [8000, 8000, 8000, 8000]
+    assert [sited.port_of(i, evaluation=True) for i in (1, 3)] == [9000, 9000]
+    assert RunnerSettings.from_env_config(sited.env_config()) == sited
+
+
 @pytest.mark.parametrize(
     ("given", "message"),
     [
@@ -37,6 +44,7 @@ def test_runner_i_listens_on_port_plus_i_and_port_0_stays_a_free_port():
         ({"horizon": 0}, r'\["horizon"\]: got 0'),
         ({"sample_wait_s": -1}, r'\["sample_wait_s"\]: got -1'),
         ({"serve_during_updates": "yes"}, r'\["serve_during_updates"\]: got .yes.'),
+        ({"site_label": ""}, r'\["site_label"\]: got \'\'; expected None or the name of a Ray node label'),
     ],
 )
 def test_a_bad_setting_is_refused_naming_its_key(given, message):

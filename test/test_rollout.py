@@ -652,3 +652,77 @@ def test_timer_steps_wait_a_quarter_period_and_hold_the_command_only_during_the_
     assert not steps.due(0, 0.0089) and steps.due(0, 0.009)
     steps.tick()
     assert not steps.awaiting_answer(0)  # an answer not there by the next tick is late: the env idles
+
+
+# -- a person in the loop ------------------------------------------------------------------
+
+
+def test_a_feedback_says_which_steps_ran_something_else_and_what_each_step_executed():
+    rollout = Rollout(RolloutSettings(n_envs=2, interventions=True), Clock())
+    connect(rollout, horizon=3, width=2)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=3, width=2)
+    person = np.array([-1.0, -2.0])
+    for k in range(3):
+        for env in (0, 1):
+            action = rollout.take_step(env)
+            if env == 0 and k == 1:  # env 0's second step: a person's command ran instead
+                rollout.replaced(env, person, person=True)
+            elif env == 1 and k == 2:
+                rollout.replaced(env, action * 0, person=False)  # an idle
+            rollout.finish_step(env, 1.0, False, False, False, obs(k + 1))
+    [feedback, _] = messages(rollout.poll(lambda env: obs(9)))
+    intervention = feedback["data"]["info"]["intervention"]
+    assert intervention["active"].tolist() == [[False, True, False], [False, False, True]]
+    chunk = [[[action_value(k, e, j) for j in range(2)] for k in range(3)] for e in (0, 1)]
+    expected = np.array(chunk, dtype="<f4")
+    expected[0, 1] = person
+    expected[1, 2] = 0.0
+    assert intervention["action"].dtype == np.dtype("<f4") and np.array_equal(intervention["action"], expected)
+    assert feedback["data"]["rewards"].tolist() == [3.0, 3.0]  # the person's steps count like any other
+    assert [rollout.envs[e].person_steps for e in (0, 1)] == [1, 0]
+
+
+def test_a_chunk_ended_early_feeds_back_its_unrun_steps_as_inactive_zeros():
+    rollout = Rollout(RolloutSettings(n_envs=1, interventions=True), Clock())
+    connect(rollout, horizon=4)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=4)
+    rollout.take_step(0)
+    rollout.finish_step(0, 0.0, True, False, False, obs(1))  # terminated at its first step
+    [feedback] = messages(rollout.poll(lambda env: None))
+    intervention = feedback["data"]["info"]["intervention"]
+    assert intervention["active"].tolist() == [[False] * 4]
+    assert intervention["action"][0, :, 0].tolist() == [action_value(0, 0, 0), 0.0, 0.0, 0.0]
+    assert "episode" in feedback["data"]["info"]
+
+
+def test_without_interventions_the_info_carries_no_intervention_key():
+    rollout = Rollout(RolloutSettings(n_envs=1), Clock())
+    connect(rollout, horizon=1)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=1)
+    rollout.take_step(0)
+    rollout.finish_step(0, 0.0, False, False, False, obs(1))
+    [feedback, _] = messages(rollout.poll(lambda env: obs(2)))
+    assert feedback["data"]["info"] == {}
+
+
+def test_a_chunk_asked_for_before_a_person_moved_the_robot_may_not_be_run_by_the_policy():
+    rollout = Rollout(RolloutSettings(n_envs=1, interventions=True), Clock())
+    connect(rollout, horizon=2)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    assert rollout.policy_may_act(0)
+    rollout.person_moved(0)  # the person drives while the answer is on its way
+    assert not rollout.policy_may_act(0)
+    answer(rollout, infer, horizon=2)
+    assert not rollout.policy_may_act(0)  # computed for a state the person changed
+    rollout.take_step(0)
+    rollout.replaced(0, np.zeros(1), person=False)  # the driver idles it ...
+    rollout.cut(0)  # ... and ends it after this step
+    assert rollout.finish_step(0, 0.0, False, False, False, obs(1))
+    [feedback, infer2] = messages(rollout.poll(lambda env: obs(2)))  # asked from an observation after the release
+    assert feedback["data"]["info"]["intervention"]["active"].tolist() == [[True, False]]
+    assert not rollout.policy_may_act(0)  # still the stale chunk's turn until the fresh one arrives
+    answer(rollout, infer2, horizon=2)
+    assert rollout.policy_may_act(0)

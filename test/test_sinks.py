@@ -14,6 +14,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from plugrl_ros.params.section import ConfigError, Section
 from plugrl_ros.ros.sinks import SINKS, ActionShaper, duration, make_sink
+from plugrl_ros.ros.sources import ConversionError
 
 pytestmark = [pytest.mark.ros]
 
@@ -316,3 +317,46 @@ def test_published_values_are_copied():
     s.published(values)
     values[0] = 5.0
     np.testing.assert_array_equal(s.idle_values(), [0.2])
+
+
+# --- the way back: a person's command in the sink's own message type (interventions) ---------
+
+
+@pytest.mark.parametrize(
+    ("type_name", "keys"),
+    [
+        ("std_msgs/Float64MultiArray", {"slice": [0, 3]}),
+        ("sensor_msgs/JointState", {"joints": ["a", "b", "c"], "field": "velocity"}),
+        ("trajectory_msgs/JointTrajectory", {"joints": ["a", "b", "c"]}),
+        ("geometry_msgs/Twist", {"fields": ["linear.x", "angular.z", "linear.y"]}),
+        ("geometry_msgs/TwistStamped", {"fields": ["linear.x", "angular.z", "linear.y"]}),
+        ("std_msgs/Float64", {}),
+    ],
+)
+def test_every_sink_reads_back_the_values_a_message_of_its_own_type_commands(type_name, keys):
+    out = sink(type_name, **keys)
+    values = np.array([0.5, -1.25, 2.0][: out.width])
+    assert np.array_equal(out.read(out.build(values, STAMP)), values)
+
+
+def test_a_joint_command_is_read_by_joint_name_whatever_the_order_it_comes_in():
+    out = sink("sensor_msgs/JointState", joints=["a", "b"])
+    msg = JointState(name=["b", "x", "a"], position=[2.0, 9.0, 1.0])
+    assert out.read(msg).tolist() == [1.0, 2.0]
+    with pytest.raises(ConversionError, match="joint 'a' is not in"):
+        out.read(JointState(name=["b"], position=[2.0]))
+
+
+def test_a_command_of_the_wrong_width_or_without_a_point_is_refused():
+    with pytest.raises(ConversionError, match="takes 2"):
+        sink("std_msgs/Float64MultiArray", slice=[0, 2]).read(Float64MultiArray(data=[1.0]))
+    with pytest.raises(ConversionError, match="no point"):
+        sink("trajectory_msgs/JointTrajectory", joints=["a"]).read(JointTrajectory(joint_names=["a"]))
+
+
+def test_unshape_undoes_scale_and_offset_so_a_command_in_robot_units_becomes_an_action():
+    out = shaper(2, scale=[2.0, -0.5], offset=[1.0, 0.0], max=[4.0, 4.0])
+    action = np.array([0.75, -3.0])
+    values = out.shape(action)
+    assert np.allclose(out.unshape(values), action)
+    assert out.unshape(out.shape(np.array([10.0, 0.0]))).tolist() == [1.5, 0.0]  # clipped at max, then mapped back

@@ -250,6 +250,8 @@ class RawProbeClient:
                 }
             if "info-unsplittable" in self.faults and m > 1:
                 info = {"task": "pick"}  # nothing of length m to split per env (the protocol's §5.4, docs/protocol.md)
+            if "info-intervention" in self.faults:
+                info = {**info, "intervention": {"active": np.zeros((m, 2), dtype=np.bool_)}}
             feedback = {
                 "message_type": "feedback",
                 "env_indices": i8(envs),
@@ -620,3 +622,9 @@ def test_cli_refuses_a_bad_script_with_exit_code_2() -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--script", "stop,resync"])
     assert exited.value.code == 2
+
+
+def test_a_client_info_key_the_probe_does_not_know_passes_when_it_splits_per_env() -> None:
+    """A bridge with a person in the loop sends info["intervention"] on every feedback: legal, and ignored."""
+    report, _ = run_client(fast(script=("stop",), horizon=2), faults={"info-intervention"})
+    assert not failed(report), report.text()

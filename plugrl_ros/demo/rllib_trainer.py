@@ -13,8 +13,9 @@ from plugrl_ros.tools.serving import TrainerThread
 ALGORITHMS = ("PPO", "SAC")  # PPO: on-policy, the robots wait while it learns; SAC: off-policy, they keep acting
 
 
-def rllib_trainer(algorithm: str, config: Path, duration_s: float, seed: int) -> TrainerThread[Any]:
-    """RLlib's ``algorithm`` (one of :data:`ALGORITHMS`) training the robots that ``config`` describes."""
+def rllib_trainer(algorithm: str, config: Path, duration_s: float, seed: int, checkpoint: Path) -> TrainerThread[Any]:
+    """RLlib's ``algorithm`` (one of :data:`ALGORITHMS`) training the robots that ``config`` describes; its last
+    checkpoint goes to ``checkpoint``."""
     from plugrl_ros.rllib.demo import RLlibDemoTrainer, demo_config
     from plugrl_ros.rllib.demo_sac import sac_demo_config
 
@@ -23,4 +24,6 @@ def rllib_trainer(algorithm: str, config: Path, duration_s: float, seed: int) ->
     def make_config() -> Any:
         return build(config, port=0, seed=seed)
 
-    return TrainerThread(RLlibDemoTrainer(make_config, duration_s), name=f"plugrl-demo-rllib-{algorithm.lower()}")
+    return TrainerThread(
+        RLlibDemoTrainer(make_config, duration_s, checkpoint), name=f"plugrl-demo-rllib-{algorithm.lower()}"
+    )

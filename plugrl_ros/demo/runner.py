@@ -7,7 +7,8 @@ start it. Their logs go to files under the output directory; the terminal
 shows one progress line, fed by the trainer's statistics and the bridge's
 ``/diagnostics``. The trainer ends the run after ``--duration`` seconds, the
 bridge then exits by itself. Then the demo deploys what was learned:
-``plugrl-test-policy-server --linear`` serves ``policy.npz`` and the same
+``plugrl-test-policy-server --linear`` serves the demo trainer's ``policy.npz``
+(``plugrl-policy-server --rllib`` the RLlib trainer's checkpoint) and the same
 bridge config, in ``mode: deploy``, drives the same robots for
 ``--deploy-duration`` seconds; the bridge's /diagnostics count the deployed
 policy's episodes and returns. The demo writes ``summary.json``,
@@ -33,7 +34,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from plugrl_ros import executables, stop_request
-from plugrl_ros.demo.results import NO_PLOT, EpisodeRecord, summarize, write_policy, write_results
+from plugrl_ros.demo.learned_policy import LearnedPolicy, learned_policy
+from plugrl_ros.demo.results import NO_PLOT, EpisodeRecord, summarize, write_results
 from plugrl_ros.demo.rllib_trainer import ALGORITHMS, rllib_trainer
 from plugrl_ros.demo.robot_node import namespace
 from plugrl_ros.demo.trainer import RECENT_EPISODES, DemoTrainer, DemoTrainerSettings, TrainerStats
@@ -56,9 +58,6 @@ RATE_WINDOW_S = 5.0
 # trainer waits 60 s) and the bridge reconnects.
 FEEDBACK_TIMEOUT_S = 10.0
 EPISODE_S = 3.0  # config/demo.yaml's episode.max_steps (60) at 20 Hz
-# The learned policy.npz reads the states concatenated in name order: the request keys config/demo.yaml's
-# policy section sends them as.
-POLICY_STATE_KEYS = "state/joints,state/target"
 
 
 # -- the bridge's /diagnostics ------------------------------------------------------------
@@ -248,7 +247,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=("demo", "rllib"),
         default="demo",
         help="demo: the small local trainer (default); rllib: RLlib's PPO through a PlugRL EnvRunner "
-        "(needs the rllib extra: scripts/setup-venv.sh .venv kilted '' rllib); no deploy step",
+        "(needs the rllib extra: scripts/setup-venv.sh .venv kilted '' rllib); its checkpoint is then deployed "
+        "with plugrl-policy-server --rllib",
     )
     p.add_argument(
         "--algorithm",
@@ -302,13 +302,16 @@ def bridge_command(args: argparse.Namespace, config: Path, port: int) -> list[st
     return command
 
 
-def deploy_bridge_command(args: argparse.Namespace, config: Path, port: int, horizon: int) -> list[str]:
+def deploy_bridge_command(
+    args: argparse.Namespace, config: Path, port: int, horizon: int, execution: str = "switch"
+) -> list[str]:
     """The bridge in deploy mode: the same config and robots, a policy server instead of the trainer."""
     envs = ", ".join(f"'{namespace(i)}'" for i in range(args.envs))
     overrides = {
         "mode": "deploy",
         "policy.uri": f"ws://127.0.0.1:{port}",
         "policy.action_horizon": str(horizon),
+        "policy.execution.mode": execution,
         "envs": f"[{envs}]",
         "control.mode": "timer",  # deploy mode runs on the control timer; a lockstep robot steps per command
         "control.rate_hz": repr(float(args.rate)),
@@ -318,23 +321,6 @@ def deploy_bridge_command(args: argparse.Namespace, config: Path, port: int, hor
     for key, value in overrides.items():
         command += ["-p", f"{key}:={value}"]
     return command
-
-
-def policy_server_command(policy: str, horizon: int) -> list[str]:
-    """``plugrl-test-policy-server`` serving the learned linear policy on a free port."""
-    return executables.command(
-        "plugrl_ros.tools.test_policy_server",
-        "--port",
-        "0",
-        "--linear",
-        policy,
-        "--horizon",
-        str(horizon),
-        "--action-dim",
-        "2",
-        "--stamp-key",
-        POLICY_STATE_KEYS,
-    )
 
 
 def robot_command(args: argparse.Namespace) -> list[str]:
@@ -482,9 +468,8 @@ class DemoRun:
                 bridge_code = bridge.stop()
                 trainer.join(10.0)
             history = watch.history()
-            # the trainer has stopped: nothing changes the learner any more; only the demo's is linear
-            learner = getattr(trainer.trainer, "learner", None)
-            policy = None if learner is None else write_policy(self.output, learner)
+            # the trainer has stopped: nothing changes what it learned any more
+            policy = learned_policy(trainer.trainer, self.output, config, settings.horizon)
             if (
                 policy is not None
                 and args.deploy_duration > 0
@@ -493,7 +478,7 @@ class DemoRun:
                 and trainer.error is None
                 and not stop_request.requested()
             ):
-                deploy = self._deploy(config, policy, settings.horizon, watch, robot)
+                deploy = self._deploy(config, policy, watch, robot)
         finally:
             robot_code = robot.stop()
             watch.close()
@@ -521,7 +506,7 @@ class DemoRun:
             summary["failure"] = self.failure
         paths = write_results(self.output, records, summary)
         if policy is not None:
-            paths["policy.npz"] = policy
+            paths[policy.name] = policy.path
         recordings = recordings_made(self.output, started_wall) if args.record else []
         if recordings:
             paths["recording"] = " ".join(str(path) for path in recordings)
@@ -530,26 +515,25 @@ class DemoRun:
 
     # -- the deploy step ------------------------------------------------------------
 
-    def _deploy(
-        self, config: Path, policy: str, horizon: int, watch: DiagnosticsWatch, robot: _Child
-    ) -> dict[str, Any]:
+    def _deploy(self, config: Path, policy: LearnedPolicy, watch: DiagnosticsWatch, robot: _Child) -> dict[str, Any]:
         """Serve ``policy`` and drive the same robots with it in deploy mode; what /diagnostics counted.
 
         On a failure :attr:`failure` says what (the training results stand).
         """
         args = self.args
+        horizon = policy.horizon
         self._say(
-            f"plugrl-demo: deploying the learned policy ({policy}) for {args.deploy_duration:g} s: "
-            f"plugrl-test-policy-server --linear serves it, the bridge runs in mode deploy at {args.rate:g} Hz"
+            f"plugrl-demo: deploying the learned policy ({policy.path}) for {args.deploy_duration:g} s: "
+            f"{policy.server} serves it, the bridge runs in mode deploy at {args.rate:g} Hz"
         )
-        server = _Child("policy server", policy_server_command(policy, horizon), self.logs / "policy_server.log")
+        server = _Child("policy server", policy.command, self.logs / "policy_server.log")
         progress = Progress(self.out)
         status: DeployStatus | None = None
         bridge_code = server_code = None
         try:
             port = self._server_port(server)
             if port is not None:
-                command = deploy_bridge_command(args, config, port, horizon)
+                command = deploy_bridge_command(args, config, port, horizon, policy.execution)
                 bridge = _Child("deploy bridge", command, self.logs / "deploy_bridge.log")
                 try:
                     status = self._watch_deploy(bridge, server, robot, watch, progress)
@@ -568,7 +552,8 @@ class DemoRun:
             self.failure = f"no episode completed in deploy mode; see {self.logs / 'deploy_bridge.log'}"
         result: dict[str, Any] = {
             "duration_s": args.deploy_duration,
-            "execution": "switch",
+            "execution": policy.execution,
+            "policy_server": policy.server,
             "episodes": status.episodes if status else 0,
             "mean_return": None if status is None or status.mean_return is None else round(status.mean_return, 3),
             "successes": status.successes if status else 0,
@@ -721,6 +706,8 @@ class DemoRun:
         lines.append(f"  summary: {paths['summary.json']}; episodes: {paths['episodes.csv']}; logs: {self.logs}/")
         if "policy.npz" in paths:
             lines.append(f"  learned policy (W, b of its mean action): {paths['policy.npz']}")
+        if "checkpoint" in paths:
+            lines.append(f"  RLlib checkpoint (plugrl-policy-server --rllib serves it): {paths['checkpoint']}")
         if "recording" in paths:
             lines.append(f"  recording: {paths['recording']} (summary: plugrl-record-info {paths['recording']})")
         if summary.get("failure"):
@@ -731,7 +718,8 @@ class DemoRun:
 def make_trainer(args: argparse.Namespace, settings: DemoTrainerSettings, config: Path) -> TrainerThread[Any]:
     """The demo's trainer on its thread: the demo trainer, or RLlib PPO or SAC through a PlugRL EnvRunner."""
     if args.trainer == "rllib":
-        return rllib_trainer(args.algorithm, config, args.duration, args.seed)
+        checkpoint = Path(args.output) / "rllib_checkpoint"  # what the deploy step serves
+        return rllib_trainer(args.algorithm, config, args.duration, args.seed, checkpoint)
     return TrainerThread(DemoTrainer(settings), name="plugrl-demo-trainer")
 
 

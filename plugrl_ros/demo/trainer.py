@@ -30,8 +30,9 @@ from plugrl_ros.demo.results import EpisodeRecord, json_line, summarize, write_r
 from plugrl_ros.demo.session import SERVER_NAME, Session
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.errors import ProtocolError
+from plugrl_ros.protocol.server_auth import AccessError, ServerAccess
 from plugrl_ros.ros_args import without_ros_args
-from plugrl_ros.tools.serving import TrainerThread, serve_trainer
+from plugrl_ros.tools.serving import TrainerThread, access_from, add_access_options, serve_trainer
 
 __all__ = [
     "DemoTrainer",
@@ -70,8 +71,9 @@ class TrainerStats:
 class DemoTrainer:
     """The websocket server around one :class:`PolicyGradient`, shared by every connection."""
 
-    def __init__(self, settings: DemoTrainerSettings) -> None:
+    def __init__(self, settings: DemoTrainerSettings, access: ServerAccess | None = None) -> None:
         self.settings = settings
+        self.access = access  # None: no key, no TLS (the in-process demo, on loopback)
         self.learner = PolicyGradient(settings)
         self._server: Server | None = None
         self._connections: set[ServerConnection] = set()
@@ -115,7 +117,12 @@ class DemoTrainer:
         """Start listening; the port (useful with port 0)."""
         self._over = asyncio.Event()
         self._server = await serve_trainer(
-            self._handle, self.settings.host, self.settings.port, close_timeout=_CLOSE_TIMEOUT_S
+            self._handle,
+            self.settings.host,
+            self.settings.port,
+            close_timeout=_CLOSE_TIMEOUT_S,
+            access=self.access,
+            logger=log,
         )
         return next(iter(self._server.sockets)).getsockname()[1]
 
@@ -222,13 +229,15 @@ def _parser() -> argparse.ArgumentParser:
         help="close a connection whose feedback is this late, as a PlugRL server does (default %(default)s s)",
     )
     p.add_argument("--output", default="", help="write returns.png, summary.json and episodes.csv here at the end")
+    add_access_options(p)
     return p
 
 
 async def _run_cli(settings: DemoTrainerSettings, trainer: DemoTrainer) -> None:
     port = await trainer.start()
+    scheme = trainer.access.scheme if trainer.access is not None else "ws"
     print(
-        f"{SERVER_NAME} listening on ws://{settings.host}:{port}; the run lasts {settings.duration_s:g} s "
+        f"{SERVER_NAME} listening on {scheme}://{settings.host}:{port}; the run lasts {settings.duration_s:g} s "
         "from the first connection",
         flush=True,
     )
@@ -271,9 +280,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop_request.install()
     logging.basicConfig(level=logging.INFO, format="[plugrl-demo-trainer] %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per connection is ours to say
-    trainer = DemoTrainer(settings)
+    trainer = DemoTrainer(settings, access_from(args))
     try:
         asyncio.run(_run_cli(settings, trainer))
+    except AccessError as exc:
+        print(f"{SERVER_NAME}: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"{SERVER_NAME}: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
         return 2

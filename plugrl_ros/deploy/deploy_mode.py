@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -33,6 +34,7 @@ from plugrl_ros.deploy.observer import PolicyObserver
 from plugrl_ros.policy.deploy import DeployRobot
 from plugrl_ros.policy.episodes import EpisodeEnd, EpisodeTracker, Phase
 from plugrl_ros.policy.runner import PolicyRunner
+from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.protocol.policy.client import (
     AnswerRejected,
@@ -44,9 +46,11 @@ from plugrl_ros.protocol.policy.client import (
 )
 from plugrl_ros.protocol.policy.link import PolicyLinks
 from plugrl_ros.robot.robot_side import RobotSide
-from plugrl_ros.robot.status import ERROR, OK, WARN, Entry, env_condition
+from plugrl_ros.robot.status import ERROR, OK, WARN, Entry, env_condition, person_values, share
+from plugrl_ros.robot.takeover import Control
 from plugrl_ros.ros.config import BridgeConfig
 from plugrl_ros.ros.wakeup import Wakeup
+from plugrl_ros.thread_guard import Crash, log_crash
 
 EXIT_OK = 0
 # How often a slow timer drains what a lost wakeup left behind (see plugrl_ros.ros.wakeup).
@@ -73,8 +77,10 @@ class DeployMode:
         robot: RobotSide,
         callback_group: object,
         observer: PolicyObserver | None = None,
+        on_crash: Callable[[Crash], None] = log_crash,
     ) -> None:
-        """``observer`` (the recorder, when recording) hears every request, answer and step; it never steers."""
+        """``observer`` (the recorder, when recording) hears every request, answer and step; it never steers.
+        ``on_crash``: told if the link thread dies of an error nobody expected (see :mod:`plugrl_ros.thread_guard`)."""
         policy = config.policy
         assert policy is not None and config.mode == "deploy" and config.control.mode == "timer"
         self._node = node
@@ -90,7 +96,11 @@ class DeployMode:
         n = len(config.envs)
         expect = policy.expectation(min_width=config.action_width_needed)
         self.robots = [
-            DeployRobot(PolicyRunner(policy.execution, config.control.period_s, time.monotonic), policy.layout)
+            DeployRobot(
+                PolicyRunner(policy.execution, config.control.period_s, time.monotonic),
+                policy.layout,
+                Backoff(policy.server.reconnect_initial_s, policy.server.reconnect_max_s),
+            )
             for _ in range(n)
         ]
         self.episodes = [
@@ -100,8 +110,12 @@ class DeployMode:
         self.ticks: deque[float] = deque(maxlen=1000)
         self._warned: dict[tuple[int, str], float] = {}  # (robot, repeating kind) -> when last logged
         self.held = [True] * n  # not stepping (paused, resetting, stale): chunks dropped, actuators idle
+        self.person_steps = [0] * n  # ticks a person commanded, per robot
+        self.commanded_ticks = [0] * n  # ticks the policy or a person commanded (not paused, resetting, stale)
+        # what the recorder hears of a step the policy (or its idle) commanded, with a person in the loop
+        self._policy_step = None if robot.people is None else (False, False, None)
         wakeup = Wakeup(node, self._deliver, callback_group, _FALLBACK_DRAIN_S)
-        self.links = PolicyLinks([policy.server] * n, [expect] * n, wake=wakeup.trigger)
+        self.links = PolicyLinks([policy.server] * n, [expect] * n, wake=wakeup.trigger, on_crash=on_crash)
         node.create_timer(config.control.period_s, self._on_tick, callback_group=callback_group)
 
     def start(self) -> None:
@@ -116,6 +130,9 @@ class DeployMode:
                 self.observer.link_event(now_ns, "counts", deploy.epoch or 0, detail={"env": i, **counts})
         self.links.stop()
         self.links.join(self.config.policy.server.open_timeout_s + 1.0)
+        # The executor no longer spins: each connection's close is handled here, so the recording and the log
+        # end with it. Answers are dropped: the actuators are idle for good.
+        self._deliver(stopping=True)
 
     def on_input(self, env: int) -> None:
         """Timer mode: a message only updates the env's sources, read at the next tick."""
@@ -137,9 +154,13 @@ class DeployMode:
 
     # -- policy link events ---------------------------------------------------
 
-    def _deliver(self) -> None:
+    def _deliver(self, stopping: bool = False) -> None:
+        """Hand the links' events to each robot's runner, the recording and the log (``stopping``: the bridge
+        closed the links; only connects and closes are taken, and a close is no loss)."""
         log = self._node.get_logger()
         for index, event in self.links.drain():
+            if stopping and not isinstance(event, PolicyConnected | PolicyDisconnected):
+                continue
             deploy = self.robots[index]
             if self.observer is not None:
                 current, planned = deploy.epoch, deploy.runner.planned()
@@ -147,6 +168,9 @@ class DeployMode:
             if self.observer is not None:
                 self._observe_event(index, event, current, planned)
             if note is None:
+                continue
+            if stopping and isinstance(event, PolicyDisconnected):
+                log.info(f"[{self._env_name(index)}] policy server connection closed ({event.detail})")
                 continue
             text = f"[{self._env_name(index)}] {note.text}"
             if note.level == "error":
@@ -198,6 +222,11 @@ class DeployMode:
                     self._episode_ended(i, end, "terminated" if end.terminated else "truncated")
                     self._idle(i, now_ns, stamp)
                     continue
+            self.commanded_ticks[i] += 1
+            control = robot.control(i)
+            if control is not Control.POLICY:
+                self._person_step(i, control, now_ns, stamp)
+                continue
             self.held[i] = False
             deploy = self.robots[i]
             asked = deploy.runner.pending_request
@@ -214,7 +243,7 @@ class DeployMode:
                     episode.begin()
                 sent = robot.publish(i, step.action, stamp)
                 if self.observer is not None:
-                    self.observer.step(i, now_ns, deploy.runner.row, sent, step.action)
+                    self.observer.step(i, now_ns, deploy.runner.row, sent, step.action, self._policy_step)
             if step.request is not None:
                 self.links.request(i, step.request.epoch, step.request.observation, step.request.tag)
                 if self.observer is not None:
@@ -224,10 +253,34 @@ class DeployMode:
                 if self.observer is not None and asked is not None:
                     self.observer.answer(i, now_ns, "abandoned", asked, detail=step.abort[1])
 
+    def _person_step(self, env: int, control: Control, now_ns: int, stamp: Any) -> None:
+        """A person commands ``env`` (or their device went silent while held: idle). The policy's chunks are
+        dropped and any answer on its way discarded, so when the person lets go the robot idles until a chunk
+        computed for an observation taken after that arrives."""
+        self._hold(env)
+        command = self.robot.person_command(env) if control is Control.PERSON else None
+        episode = self.episodes[env]
+        if command is None:
+            sent = self.robot.idle(env, stamp)
+            if self.observer is not None:
+                self.observer.step(env, now_ns, None, sent, None, (False, True, None))
+            if episode.running:
+                episode.stepped()  # the world moves on while the robot idles
+            return
+        if episode.running:
+            episode.stepped()
+        else:
+            self.robot.begin_window(env)  # the episode's rewards and done flags count from its first action
+            episode.begin()
+        self.person_steps[env] += 1
+        sent = self.robot.publish(env, command, stamp)
+        if self.observer is not None:
+            self.observer.step(env, now_ns, None, sent, command, (True, True, command))
+
     def _idle(self, env: int, now_ns: int, stamp: Any) -> None:
         sent = self.robot.idle(env, stamp)
         if self.observer is not None:
-            self.observer.step(env, now_ns, None, sent)
+            self.observer.step(env, now_ns, None, sent, None, self._policy_step)
 
     def _hold(self, env: int) -> None:
         if not self.held[env]:
@@ -360,11 +413,21 @@ class DeployMode:
                 f"{prefix}: env {io.index} ({self._env_name(io.index)})",
                 values={**episode_values(episode, io.reset.total_failures), **deploy.runner.stats().values()},
             )
+            if self.robot.people is not None:
+                entry.values.update(
+                    person_values(
+                        self.robot.control(io.index).value,
+                        self.person_steps[io.index],
+                        self.commanded_ticks[io.index],
+                    )
+                )
             condition = env_condition(io, self.robot.paused, now_ns, time.monotonic())
             if condition is not None:
                 entry.level, entry.message = condition
             elif deploy.epoch is None:
                 entry.worse(WARN, "waiting for the policy server connection")
+            elif deploy.problem:
+                entry.worse(ERROR, f"the policy server's answers are rejected: {deploy.problem}")
             else:
                 entry.level, entry.message = OK, "running"
             entries.append(entry)
@@ -375,6 +438,11 @@ class DeployMode:
         connected = sum(deploy.epoch is not None for deploy in self.robots)
         robots = "; ".join(
             f"{self._env_name(i)}: {deploy.runner.stats().summary()}{episode_summary(self.episodes[i])}"
+            + (
+                ""
+                if self.robot.people is None
+                else f", person share {share(self.person_steps[i], self.commanded_ticks[i])}"
+            )
             for i, deploy in enumerate(self.robots)
         )
         return f"policy server {connected}/{len(self.robots)} connected | {self.achieved_rate():.1f} Hz | {robots}" + (

@@ -13,7 +13,11 @@ the space's dtype (float64 → float32 rounds to the nearest float32: the
 documented conversion; an integer Box's values are rounded to the nearest
 integer and held inside its bounds). A ``Discrete(n, start)`` action is one value, rounded
 to the nearest integer and held inside ``[start, start + n - 1]``: the mapping
-a continuous policy needs to drive a discrete env. Any other action space is
+a continuous policy needs to drive a discrete env. Rounding is numpy's ``rint``:
+an exact half goes to the even neighbour (0.5 → 0, 1.5 → 2, -0.5 → 0), the
+IEEE 754 default, unbiased over many actions; a policy's continuous output
+meets an exact half with probability zero, so this only fixes what a
+hand-written action gets. Any other action space is
 refused. A vector of the wrong width, or with a NaN or infinite value, is
 never turned into an env action.
 """
@@ -148,7 +152,7 @@ def action_layout(space: spaces.Space) -> ActionLayout:
         return ActionLayout(space, width, low, high)
     raise UnsupportedSpace(
         f"the action is a {type(space).__name__} space; a robot takes a Box action, or a Discrete one "
-        "(one value, rounded to the nearest allowed integer)"
+        "(one value, rounded to the nearest allowed integer, halves to even)"
     )
 
 

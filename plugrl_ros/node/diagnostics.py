@@ -6,6 +6,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 from plugrl_ros.record.recorder import RecorderState, RecorderStatus
 from plugrl_ros.robot.status import ERROR, WARN, Entry
+from plugrl_ros.thread_guard import EXIT_CRASHED, Crash
 
 
 def status_array(entries: list[Entry], hardware_id: str, stamp: object) -> DiagnosticArray:
@@ -33,4 +34,11 @@ def recording_entry(prefix: str, status: RecorderStatus) -> Entry:
         entry.worse(ERROR, f"recording stopped: {status.error}")
     elif status.dropped:
         entry.worse(WARN, f"{status.dropped} record(s) dropped: the writer fell behind")
+    return entry
+
+
+def crash_entry(prefix: str, crash: Crash) -> Entry:
+    """A thread that died of an error nobody expected: the bridge is exiting to be restarted."""
+    entry = Entry(f"{prefix}: process", values={"thread": crash.thread, "error": crash.error})
+    entry.worse(ERROR, f"the {crash.thread} thread died ({crash.error}); exiting with {EXIT_CRASHED} to be restarted")
     return entry

@@ -1,7 +1,8 @@
 """What the node asks of a mode: one interface, so the node never asks which mode it holds.
 
 A mode (train: :class:`plugrl_ros.train.train_mode.TrainMode`; deploy:
-:class:`plugrl_ros.deploy.deploy_mode.DeployMode`) owns its link and its
+:class:`plugrl_ros.deploy.deploy_mode.DeployMode`; teleop, a person and no link:
+:class:`plugrl_ros.teleop.teleop_mode.TeleopMode`) owns its link and its
 stepping rule and drives the robot side; the node starts and stops it, passes
 it the robot side's events, and publishes what it reports. Like RLlib's
 ``EnvRunner`` for its algorithm, the node is written against this protocol

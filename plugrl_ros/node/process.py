@@ -142,6 +142,8 @@ def main(args: list[str] | None = None) -> int:
             spin_resiliently(executor, node)
         if stop_request.requested() and not node.finished:
             node.get_logger().info("interrupted: idling the actuators and closing the link (trainer or policy server)")
+        if node.crash is not None:
+            node.publish_diagnostics()  # the operator's dashboard shows why the bridge is gone, not just that it is
         code = node.exit_code
     except ConfigError as exc:
         print(f"[plugrl_bridge] configuration error: {exc}", file=sys.stderr)

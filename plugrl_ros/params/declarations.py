@@ -24,8 +24,9 @@ from plugrl_ros.policy.execution import MODES as POLICY_EXECUTION_MODES
 from plugrl_ros.protocol.policy.session import DEFAULT_ACTION_KEY
 
 QOS_CHOICES = ("sensor_data", "best_effort", "reliable")
-BRIDGE_MODES = ("train", "deploy")
+BRIDGE_MODES = ("train", "deploy", "teleop")
 POLICY_KEY_SEPARATORS = ("/", ".", "")
+TAKEOVER_RULES = ("button", "topic", "fresh")  # plugrl_ros.robot.takeover
 
 
 class _NoValue:
@@ -158,12 +159,52 @@ _POLICY: tuple[Spec, ...] = (
 )
 
 
+_INTERVENTION: tuple[Spec, ...] = (
+    Spec(
+        "intervention.source",
+        "str",
+        REQUIRED,
+        "the person's command: joy (sensor_msgs/Joy axes) or actions (each actuator's own message type)",
+        choices=("joy", "actions"),
+    ),
+    Spec(
+        "intervention.takeover",
+        "str",
+        "button",
+        "the person commands while: a Joy button is held (button), a std_msgs/Bool says true (topic), "
+        "or a command is fresher than max_age_s (fresh)",
+        choices=TAKEOVER_RULES,
+    ),
+    Spec(
+        "intervention.max_age_s",
+        "float",
+        0.5,
+        "a command (or deadman) older than this is silent: held, the robot idles; fresh rule, the policy commands",
+        positive=True,
+    ),
+    Spec("intervention.qos", "str", "sensor_data", "QoS of the person's topics", choices=QOS_CHOICES),
+    Spec("intervention.topic", "str", "", "takeover topic: the std_msgs/Bool deadman, true = the person holds"),
+    Spec("intervention.joy.topic", "str", "joy", "the sensor_msgs/Joy topic (source joy, takeover button)"),
+    Spec("intervention.joy.axes", "int list", NONE, "source joy: the axis of each action value, in order"),
+    Spec("intervention.joy.scale", "float or float list", 1.0, "action value = axis * scale + offset"),
+    Spec("intervention.joy.offset", "float or float list", 0.0, "action value = axis * scale + offset"),
+    Spec("intervention.joy.button", "int", 4, "takeover button: the deadman's index in Joy.buttons", minimum=0),
+    Spec(
+        "intervention.actions.<name>",
+        "str",
+        REQUIRED,
+        "source actions: the topic of actuator <name>'s command, in the actuator's own message type",
+    ),
+)
+
+
 SPECS: tuple[Spec, ...] = (
     Spec(
         "mode",
         "str",
         "train",
-        "train: a PlugRL trainer drives the robots; deploy: a policy server (the policy section)",
+        "train: a PlugRL trainer drives the robots; deploy: a policy server (the policy section); "
+        "teleop: a person, through the intervention section",
         choices=BRIDGE_MODES,
     ),
     Spec("trainer.uri", "str", "ws://localhost:8000", "trainer address, ws:// or wss://"),
@@ -299,6 +340,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("record.compression", "str", "lz4", "compression of the file's chunks", choices=("none", "lz4", "zstd")),
     Spec("record.flush_interval_s", "float", 1.0, "a killed bridge loses at most this much recording", positive=True),
     *_POLICY,
+    *_INTERVENTION,
 )
 
 

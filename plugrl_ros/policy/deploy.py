@@ -10,6 +10,8 @@ the connection if told to.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from plugrl_ros.policy.runner import PolicyRunner
-from plugrl_ros.protocol.client import ConnectFailed, Notice
+from plugrl_ros.protocol.backoff import Backoff
+from plugrl_ros.protocol.client import ClientSettings, ConnectFailed, Notice
 from plugrl_ros.protocol.policy.client import (
     AnswerRejected,
     ChunkReceived,
@@ -62,12 +65,31 @@ class Note:
 
 
 class DeployRobot:
-    """A :class:`PolicyRunner` wired to a policy link's events and a request layout."""
+    """A :class:`PolicyRunner` wired to a policy link's events and a request layout.
 
-    def __init__(self, runner: PolicyRunner, layout: RequestLayout) -> None:
+    A rejected answer (a wrong horizon or width, a NaN) is likely to be
+    rejected again: the server is not the one this robot is configured for.
+    So it is said once at ERROR, and the next request waits for ``retry``'s
+    next delay (the link's reconnect backoff), not for the next tick; a valid
+    answer ends the backoff.
+    """
+
+    def __init__(
+        self,
+        runner: PolicyRunner,
+        layout: RequestLayout,
+        retry: Backoff | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``retry``: the delays between requests after rejected answers (default: the link's defaults)."""
         self.runner = runner
         self.layout = layout
         self.epoch: int | None = None  # the connection requests go to; None while there is none
+        defaults = ClientSettings()
+        self._retry = retry or Backoff(defaults.reconnect_initial_s, defaults.reconnect_max_s)
+        self._clock = clock
+        self._retry_at = -math.inf  # no request before this time (after a rejected answer)
+        self.problem = ""  # why the server's answers are rejected, while they are (empty: they are not)
 
     def on_event(self, event: Event) -> Note | None:
         """Apply one link event; a note to log, if any."""
@@ -79,20 +101,28 @@ class DeployRobot:
         if isinstance(event, ChunkReceived):
             if event.epoch != self.epoch:
                 return None
+            fitted = self._answer_fits()
             if self.runner.on_chunk(event.tag, event.chunk.actions) == "stale":
                 return Note(
                     "warn",
                     f"a chunk arrived after its last step ({event.round_trip_s * 1000:.0f} ms): dropped",
                     repeats="stale",
                 )
-            return None
+            return fitted
         if isinstance(event, AnswerRejected):
             if event.epoch == self.epoch:
                 self.runner.on_rejected(event.tag)
+            delay = self._retry.next_delay()
+            self._retry_at = self._clock() + delay
+            if event.detail == self.problem:
+                return None  # said already; the backoff keeps the retries few
+            self.problem = event.detail
             return Note(
-                "warn",
-                f"the policy server's answer was rejected, nothing of it runs: {event.detail}",
-                repeats="rejected",
+                "error",
+                f"the policy server's answer was rejected, nothing of it runs: {event.detail}. Asking again "
+                f"with backoff (in {delay:.1f} s, then up to policy.reconnect_max_s) and saying it once: if "
+                "answers keep being rejected, the server does not serve the policy this robot is configured "
+                "for (policy.action_horizon, policy.action_dim)",
             )
         if isinstance(event, ServerTraceback):
             # the end of a traceback says what failed; a megabyte of it says no more
@@ -113,6 +143,15 @@ class DeployRobot:
             return Note("warn", event.text)
         raise AssertionError(f"unknown event {event!r}")
 
+    def _answer_fits(self) -> Note | None:
+        """A valid answer came: requests go at the runner's pace again."""
+        self._retry.reset()
+        self._retry_at = -math.inf
+        if not self.problem:
+            return None
+        self.problem = ""
+        return Note("info", "the policy server's answers fit the configuration now")
+
     def hold(self) -> None:
         """The robot stops stepping (pause, dead-man, reset): nothing planned before runs after."""
         self.runner.hold()
@@ -128,7 +167,7 @@ class DeployRobot:
             self.runner.on_link_lost()
             why = f"no answer within {bound:g} s (policy.{setting}): the link is dead"
             return Tick(action, abort=(epoch, why))
-        if self.epoch is None or not self.runner.wants_request():
+        if self.epoch is None or not self.runner.wants_request() or self._clock() < self._retry_at:
             return Tick(action)
         values = observe()
         if values is None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
 
 from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.connection import Outgoing
@@ -173,6 +173,27 @@ def is_loopback(uri: str) -> bool:
         return False
 
 
+def plain_link_warning(settings: ClientSettings, environ: Mapping[str, str]) -> str | None:
+    """What to warn about once at startup for a plain ``ws://`` link to another host (None if nothing).
+
+    With an API key the warning is louder: the key itself would cross the
+    network in clear text, for anyone on it to read and reuse. It names the
+    key's variable, never the key.
+    """
+    if not settings.uri.startswith("ws://") or is_loopback(settings.uri):
+        return None
+    if settings.api_key_env and environ.get(settings.api_key_env):
+        return (
+            f"{settings.uri} is plain ws:// to another host: the API key from ${settings.api_key_env} would be "
+            "sent in clear text, readable (and reusable) by anyone on the network, and the link is unencrypted; "
+            "serve wss:// and use a wss:// URI (docs/security.md)"
+        )
+    return (
+        f"{settings.uri} is plain ws:// to another host: the link is unauthenticated and unencrypted; "
+        "use wss:// with an API key, or a network you control (docs/security.md)"
+    )
+
+
 class TrainerClient:
     """Connects to the trainer and keeps connecting until the run ends or we stop.
 
@@ -236,19 +257,15 @@ class TrainerClient:
 
     async def run(self) -> CloseKind:
         """Connect and reconnect until the run finishes, a fatal error, or :meth:`stop`."""
-        if self._settings.uri.startswith("ws://") and not is_loopback(self._settings.uri):
-            self._emit(
-                Notice(
-                    f"{self._settings.uri} is plain ws:// to another host: the link is unauthenticated "
-                    "and unencrypted; use wss:// or a network you control"
-                )
-            )
+        warning = plain_link_warning(self._settings, os.environ)
+        if warning is not None:
+            self._emit(Notice(warning))
         while not self._stopping.is_set():
             try:
                 ws = await self._connect()
                 if ws is None:
                     break  # stopped while connecting
-            except (OSError, InvalidHandshake, InvalidURI, asyncio.TimeoutError) as exc:
+            except (*CONNECTION_FAULTS, InvalidURI) as exc:
                 if isinstance(exc, InvalidURI):
                     self._fatal_detail = f"invalid trainer URI {self._settings.uri!r}"
                     return CloseKind.FATAL
@@ -266,7 +283,11 @@ class TrainerClient:
             set_tcp_timeout(ws, self._settings.tcp_timeout_s)
             self._emit(Connected(self._epoch, self._settings.uri))
             self._await_answer()  # the trainer speaks first: its metadata is the first answer
-            kind, detail, progressed = await self._serve(ws)
+            try:
+                kind, detail, progressed = await self._serve(ws)
+            except CONNECTION_FAULTS as exc:
+                # a connection may fail at any point (a reset while closing, a frame cut off): it is lost
+                kind, detail, progressed = CloseKind.LOST, f"{close_detail(ws)} ({describe(exc)})", False
             self._answer_came()
             self._ws = None
             self._emit(Disconnected(self._epoch, kind, detail))
@@ -414,6 +435,12 @@ class TrainerClient:
         return connect_options(self._settings)
 
 
+# What a connection can fail with at any point, from the handshake to the close: each is a lost
+# connection (reconnect with backoff), never the end of the link. websockets reports most as
+# ConnectionClosed or InvalidHandshake; a reset can surface as an OSError from the socket itself.
+CONNECTION_FAULTS = (OSError, EOFError, WebSocketException, asyncio.TimeoutError)
+
+
 def connect_options(s: ClientSettings) -> dict[str, Any]:
     """websockets' ``connect`` options for a link as ``s`` describes it (the trainer's, or a policy server's)."""
     options: dict[str, Any] = {
@@ -441,11 +468,13 @@ def set_tcp_timeout(ws: ClientConnection, timeout_s: float) -> None:
     Keepalive probes find a dead peer while nothing is being sent (idle after
     a third of the bound, then three probes); ``TCP_USER_TIMEOUT`` bounds how
     long sent data may stay unacknowledged. Options the platform lacks are skipped.
+    A connection that is already gone (a server that reset it right after the
+    handshake) gets none: its first read reports it lost, as any lost connection.
     """
     if timeout_s <= 0:
         return
     sock = ws.transport.get_extra_info("socket")
-    if sock is None:
+    if sock is None or ws.transport.is_closing() or sock.fileno() < 0:
         return
     idle = max(1, int(timeout_s / 3))
     interval = max(1, int(timeout_s / 6))
@@ -481,4 +510,16 @@ def close_detail(ws: ClientConnection) -> str:
 
 def describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:300]
+    return f"{type(exc).__name__}: {text}"[:300] + _hint(exc)
+
+
+def _hint(exc: BaseException) -> str:
+    """What an operator can do about a refused connection (the two refusals a misconfiguration causes)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            " (the server's certificate is not trusted: give the CA that signed it as ca_file, "
+            "and connect by a host name the certificate names)"
+        )
+    if isinstance(exc, InvalidStatus) and exc.response.status_code == 401:
+        return " (the server wants an API key, or another one: api_key_env must name a variable holding its key)"
+    return ""

@@ -17,6 +17,10 @@ dict in the shape of its ROS 2 type, which mcap-ros2-support encodes to CDR.
   action the step applied before shaping (a blend of chunks' rows under ensemble or crossfade).
 - ``/plugrl/env<i>/command/<sink>`` (Float64MultiArray, dim label = sink): values published after
   shaping (absent when the sink published nothing).
+- ``/plugrl/env<i>/intervention`` (Float64MultiArray ``person,replaced``): with a person in the loop, at
+  every step: a person commanded it; the policy's action did not run (the person's command or an idle ran).
+- ``/plugrl/env<i>/person_command`` (Float64MultiArray, dim label ``action``): the person's command, in
+  action units before shaping, at every step a person commanded.
 - ``/plugrl/env<i>/step_result`` (Float64MultiArray ``reward,terminated,truncated,success``).
 - ``/plugrl/env<i>/episode`` (Float64MultiArray ``return,length,success``): at each episode end.
 - ``/plugrl/env<i>/answer`` (DiagnosticStatus): deploy mode only, what became of a policy server's
@@ -56,6 +60,9 @@ LATENCY_TOPIC = f"{PREFIX}/link/latency"
 RECORDER_TOPIC = f"{PREFIX}/recorder"
 
 STEP_FIELDS = ("chunk_step", "idle")
+INTERVENTION = "intervention"
+INTERVENTION_FIELDS = ("person", "replaced")
+PERSON_COMMAND = "person_command"
 APPLIED = "applied_action"
 ANSWER = "answer"
 ANSWER_OUTCOMES = ("applied", "stale", "dropped", "unknown", "rejected", "abandoned")
@@ -84,6 +91,10 @@ class Kind(Enum):
     LATENCY = "latency"
     RECORDER = "recorder"
 
+
+# A step with a person in the loop: (a person commanded it; the policy's action did not run, the person's
+# command or an idle did; the person's command in action units before shaping, or None)
+Intervention = tuple[bool, bool, "np.ndarray | None"]
 
 Message = tuple[str, str, dict]  # topic, schema name, body
 ImageEncoder = Callable[[np.ndarray], tuple[str, bytes]] | None  # image -> (format, data); None: raw
@@ -164,9 +175,16 @@ def messages(kind: Kind, env: int, t_ns: int, payload: Any, encode: ImageEncoder
         labels = ["step", "action"] + [f"action{i}" for i in range(1, action.ndim - 1)]
         return [(env_topic(env, "action_chunk"), schemas.FLOAT64_ARRAY, float_array(action, labels))]
     if kind is Kind.STEP:
-        chunk_step, commanded, applied = payload
+        chunk_step, commanded, applied, intervention = payload
         idle = chunk_step is None
         out = [(env_topic(env, "step"), schemas.FLOAT64_ARRAY, fields([-1 if idle else chunk_step, idle], STEP_FIELDS))]
+        if intervention is not None:
+            person, replaced, command = intervention
+            flags = fields([person, replaced], INTERVENTION_FIELDS)
+            out.append((env_topic(env, INTERVENTION), schemas.FLOAT64_ARRAY, flags))
+            if command is not None:
+                values = float_array(np.ravel(command), ["action"])
+                out.append((env_topic(env, PERSON_COMMAND), schemas.FLOAT64_ARRAY, values))
         if applied is not None:
             out.append((env_topic(env, APPLIED), schemas.FLOAT64_ARRAY, float_array(np.ravel(applied), ["action"])))
         for sink, values in commanded.items():

@@ -37,9 +37,10 @@ import numpy as np
 
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.record import channels, schemas, writer_process
-from plugrl_ros.record.channels import Kind
+from plugrl_ros.record.channels import Intervention, Kind
 from plugrl_ros.record.drop_queue import DropQueue
 from plugrl_ros.record.settings import RecordSettings
+from plugrl_ros.thread_guard import Crash, guarded, log_crash
 
 if TYPE_CHECKING:
     # mcap is imported only where files are written, so a bridge that does not record starts
@@ -107,10 +108,15 @@ class Recorder:
         on_error: Callable[[str], None] | None = None,
         wall_clock: Callable[[], float] = time.time,
         opener: Opener | None = None,
+        on_crash: Callable[[Crash], None] = log_crash,
     ) -> None:
+        """``on_error``: told why recording stopped (a full disk, the writer process gone: the robot keeps
+        running). ``on_crash``: told if a recorder thread dies of an error nobody expected (see
+        :mod:`plugrl_ros.thread_guard`): the recording stops too, and the process is to exit."""
         assert settings.path is not None, "a Recorder needs record.path"
         self.settings = settings
         self._on_error = on_error
+        self._on_crash = on_crash
         self._wall_clock = wall_clock
         self._opener = opener  # None: write in a writer process
         # (kind, env, t_ns, payload); the queue numbers every call, dropped or not: the MCAP sequence
@@ -167,7 +173,7 @@ class Recorder:
             first = self._writer.open_first()
         except OSError as exc:
             raise RecordError(f"record.path: cannot write a recording in {self.settings.path}: {exc}") from None
-        self._threads = [threading.Thread(target=self._write_here, name="plugrl-recorder", daemon=True)]
+        self._threads = [self._thread(self._write_here, "plugrl-recorder")]
         return first
 
     def _start_process(self, stem: str) -> Path:
@@ -187,10 +193,18 @@ class Recorder:
             raise RecordError(f"record.path: cannot write a recording in {self.settings.path}: {event['failed']}")
         self._files.append(Path(event["file"]))
         self._threads = [
-            threading.Thread(target=self._forward, name="plugrl-recorder", daemon=True),
-            threading.Thread(target=self._listen, name="plugrl-recorder-reports", daemon=True),
+            self._thread(self._forward, "plugrl-recorder"),
+            self._thread(self._listen, "plugrl-recorder-reports"),
         ]
         return self._files[0]
+
+    def _thread(self, target: Callable[[], None], name: str) -> threading.Thread:
+        """A recorder thread behind the last line of defence."""
+        return threading.Thread(target=guarded(target, f"recorder ({name})", self._crashed), name=name, daemon=True)
+
+    def _crashed(self, crash: Crash) -> None:
+        self._fail(f"recording stopped: the {crash.thread} thread died ({crash.error})")
+        self._on_crash(crash)
 
     def close(self, timeout_s: float = 10.0) -> RecorderStatus:
         """Write what is queued, finish the file (its summary makes it seekable), and stop."""
@@ -271,17 +285,23 @@ class Recorder:
         chunk_step: int | None,
         commanded: Mapping[str, np.ndarray | None],
         applied: np.ndarray | None = None,
+        intervention: Intervention | None = None,
     ) -> None:
         """One control step: which chunk step ran (None: the idle behaviour) and what each sink published.
 
         ``commanded`` maps a sink's name to the values published after shaping, or None when it
         published nothing. ``applied`` (deploy mode) is the action the step applied before shaping,
         when it is not simply row ``chunk_step`` of the last chunk (a blend of several chunks).
+        ``intervention`` (with a person in the loop): whether a person commanded the step, whether the
+        policy's action was replaced (by the person's command, or by an idle while the robot waited for a
+        chunk that fits its state), and the person's command (action units, before shaping).
         """
         size = _SMALL + sum(v.nbytes for v in commanded.values() if v is not None)
         if applied is not None:
             size += applied.nbytes
-        self._put(Kind.STEP, env, t_ns, (chunk_step, dict(commanded), applied), size)
+        if intervention is not None and intervention[2] is not None:
+            size += intervention[2].nbytes
+        self._put(Kind.STEP, env, t_ns, (chunk_step, dict(commanded), applied, intervention), size)
 
     def answer(
         self,

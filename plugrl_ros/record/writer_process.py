@@ -61,7 +61,8 @@ def to_wire(kind: Kind, payload: Any) -> Any:
         sent_in, row = payload
         return [sent_in, dict(row.images), dict(row.states), row.text]
     if kind is Kind.STEP:
-        return list(payload)  # chunk_step, commanded, applied
+        chunk_step, commanded, applied, intervention = payload
+        return [chunk_step, commanded, applied, None if intervention is None else list(intervention)]
     if kind is Kind.ANSWER:
         return list(payload)
     return payload
@@ -71,7 +72,10 @@ def from_wire(kind: Kind, wire: Any) -> Any:
     if kind is Kind.OBSERVATION:
         sent_in, images, states, text = wire
         return sent_in, ObservationRow(images=images, states=states, text=text)
-    if kind in (Kind.STEP, Kind.ANSWER, Kind.LINK):
+    if kind is Kind.STEP:
+        chunk_step, commanded, applied, intervention = wire
+        return chunk_step, commanded, applied, None if intervention is None else tuple(intervention)
+    if kind in (Kind.ANSWER, Kind.LINK):
         return tuple(wire)
     return wire
 

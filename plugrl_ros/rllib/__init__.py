@@ -5,7 +5,7 @@ never imports it. :class:`PlugRLEnvRunner` is an RLlib EnvRunner (new API
 stack) that bridges connect to as their PlugRL trainer;
 :func:`robot_spaces` builds its observation and action spaces from the
 bridge's own params file; :class:`RunnerSettings` goes into ``env_config``.
-See the README's "Training with RLlib".
+See docs/rllib.md.
 """
 
 from plugrl_ros.rllib.chunks import ChunkMapping, chunk_gamma

@@ -4,7 +4,7 @@ The same robots, bridge config (``config/demo.yaml``), progress line and plot
 as the demo trainer; the trainer is RLlib's PPO with a
 :class:`~plugrl_ros.rllib.env_runner.PlugRLEnvRunner` as its only EnvRunner
 (``num_env_runners=0``: the local runner samples and listens). The config is
-what a user writes for their own robot (README, "Training with RLlib"), tuned
+what a user writes for their own robot (docs/rllib.md, "The config you write for your robot"), tuned
 for this task: one RL step per control step (H = 1), observations flattened
 and normalised by RLlib's own connectors, a discount of 0.9 per step. Ray
 starts here with the two CPUs a small machine has, and the learner runs on
@@ -71,12 +71,14 @@ def local_ppo(
 
 
 def demo_config(params_file: str | Path, *, port: int, seed: int = 0, host: str = "127.0.0.1") -> Any:
-    """The PPO config that trains the demo reachers: the example of README's "Training with RLlib"."""
+    """The PPO config that trains the demo reachers: the example of docs/rllib.md."""
     from plugrl_ros.rllib import RunnerSettings, chunk_gamma, robot_spaces
 
     # the policy reads the states; the bridge also sends the camera, which the runner ignores
     spaces = robot_spaces(params_file, horizon=HORIZON, images=[], state_dims={"target": 4})
-    runner = RunnerSettings(host=host, port=port, horizon=HORIZON, sample_wait_s=10.0)
+    # no API key: the demo's bridge, started by the same command, does not send one (a PLUGRL_API_KEY
+    # exported for a real run must not lock the demo out); docs/security.md for robots elsewhere
+    runner = RunnerSettings(host=host, port=port, horizon=HORIZON, sample_wait_s=10.0, api_key_env="")
     training = {
         "gamma": chunk_gamma(0.9, HORIZON),
         "lambda_": 0.95,
@@ -94,12 +96,16 @@ class RLlibDemoTrainer:
 
     The run ends ``duration_s`` after the first bridge connected: the runner
     closes every bridge with ``plugrl-server-stop`` and the iteration under
-    way is dropped.
+    way is dropped. Then, with ``checkpoint_dir``, the algorithm is saved
+    there (RLlib's ``save_to_path``): :attr:`checkpoint`, for the deploy step.
     """
 
-    def __init__(self, make_config: Callable[[], Any], duration_s: float) -> None:
+    def __init__(self, make_config: Callable[[], Any], duration_s: float, checkpoint_dir: Path | None = None) -> None:
         self._make_config = make_config
         self.duration_s = duration_s
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint: Path | None = None  # saved when the run ended, if it trained at all
+        self.horizon = HORIZON  # the chunks the runner served (from its action space once built)
         self.algo: Any = None
         self.runner: Any = None
         self.iterations = 0
@@ -182,6 +188,7 @@ class RLlibDemoTrainer:
             logging.getLogger(name).setLevel(logging.ERROR)
         self.algo = self._make_config().build_algo()
         self.runner = self.algo.env_runner
+        self.horizon = self.runner.chunks.horizon
         log.info(
             "RLlib %s %s built; the runner listens on port %d",
             ray.__version__,
@@ -193,6 +200,9 @@ class RLlibDemoTrainer:
         import ray
 
         if self.algo is not None:
+            if self.checkpoint_dir is not None and self.iterations > 0:
+                self.checkpoint = Path(self.algo.save_to_path(self.checkpoint_dir))
+                log.info("saved the trained algorithm to %s", self.checkpoint)
             self.algo.stop()
         ray.shutdown()
 

@@ -73,7 +73,10 @@ def sac_demo_config(params_file: str | Path, *, port: int, seed: int = 0, host: 
 
     # the policy reads the states; the bridge also sends the camera, which the runner ignores
     spaces = robot_spaces(params_file, horizon=HORIZON, images=[], state_dims={"target": 4})
-    runner = RunnerSettings(host=host, port=port, horizon=HORIZON, sample_wait_s=10.0, serve_during_updates=True)
+    # no API key: the demo's bridge, started by the same command, sends none (as the PPO demo's runner)
+    runner = RunnerSettings(
+        host=host, port=port, horizon=HORIZON, sample_wait_s=10.0, serve_during_updates=True, api_key_env=""
+    )
     training = {
         "gamma": chunk_gamma(GAMMA, HORIZON),
         "actor_lr": 1e-3,

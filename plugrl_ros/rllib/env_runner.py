@@ -61,6 +61,7 @@ from ray.rllib.utils.typing import EpisodeID, ResultDict, StateDict
 
 from plugrl_ros import __version__
 from plugrl_ros.protocol.messages import REUSE_FEEDBACK_OBS
+from plugrl_ros.protocol.server_auth import AccessError
 from plugrl_ros.rllib.chunks import ChunkMapping
 from plugrl_ros.rllib.episode_callbacks import EpisodeCallbacks
 from plugrl_ros.rllib.events import Closed, Connected, Event, FedBack, Inferred
@@ -70,6 +71,7 @@ from plugrl_ros.rllib.link_figures import LinkFigures
 from plugrl_ros.rllib.observations import ObservationReader
 from plugrl_ros.rllib.robot_episodes import RobotEpisodes, Step
 from plugrl_ros.rllib.settings import RunnerSettings, check_against
+from plugrl_ros.rllib.sites import node_site
 
 log = logging.getLogger("plugrl_ros.rllib")
 
@@ -81,6 +83,14 @@ EPISODE_LOG_LENGTH = 100_000
 
 class RunnerStopped(RuntimeError):
     """sample() on a runner whose run was ended by stop()."""
+
+
+class ServerDied(RuntimeError):
+    """sample() on a runner whose bridge server thread died (logged there with its traceback).
+
+    Raised rather than sampling nothing for ever: RLlib then treats the runner
+    as failed, restarts it (``restart_failed_env_runners``) or ends the run.
+    """
 
 
 @dataclass(frozen=True)
@@ -121,7 +131,14 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         self.module: RLModule | None = None
         self.make_module()
         self._module_to_env = self.config.build_module_to_env_connector(spaces=self._input_spaces())
-        self._policy = PolicyPass(self.module, self._env_to_module, self._module_to_env, action_space, self.metrics)
+        self._policy = PolicyPass(
+            self.module,
+            self._env_to_module,
+            self._module_to_env,
+            action_space,
+            self.metrics,
+            normalize_actions=self.config.normalize_actions,
+        )
         self._weights_seq_no = 0
         self._done_episodes_for_metrics: list[SingleAgentEpisode] = []
         self._ongoing_episodes_for_metrics: defaultdict[EpisodeID, list[SingleAgentEpisode]] = defaultdict(list)
@@ -156,7 +173,11 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         self._serving_thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self.port: int | None = None
+        # the robots' site this runner serves (site_label set): its node's, never its index's
+        self.site: str | None = None
         if self.serving:
+            if self.settings.site_label is not None:
+                self.site = node_site(self.settings.site_label)
             requested_port = self.settings.port_of(self.worker_index, self.evaluation)
             self._server = BridgeServer(
                 self.settings.host,
@@ -166,17 +187,32 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 self._events,
                 self.figures,
                 self.settings.feedback_timeout_s,
+                self.settings.access,
             )
             try:
                 self.port = self._server.listen()
+            except AccessError as exc:
+                raise AccessError(f'PlugRL {self._name}: env_config["plugrl"]["{exc.setting}"]', exc.detail) from exc
             except OSError as exc:
                 setting = "evaluation_port" if self.evaluation else "port"
+                rule = (
+                    f'every site\'s runner listens on env_config["plugrl"]["{setting}"] on its node, one runner '
+                    "per site node; choose a port nothing else holds"
+                    if self.site is not None
+                    else f'{self._name.split()[0]} i listens on env_config["plugrl"]["{setting}"] + i; choose a port '
+                    "range nothing else holds"
+                )
                 raise OSError(
                     f"PlugRL {self._name} cannot listen on {self.settings.host}:{requested_port} "
-                    f"({exc.strerror or exc}): {self._name.split()[0]} i listens on "
-                    f'env_config["plugrl"]["{setting}"] + i; choose a port range nothing else holds'
+                    f"({exc.strerror or exc}): {rule}"
                 ) from exc
-            log.info("PlugRL %s listens for bridges on %s:%d", self._name, self.settings.host, self.port)
+            log.info(
+                "PlugRL %s%s listens for bridges on %s:%d",
+                self._name,
+                "" if self.site is None else f" (site {self.site})",
+                self.settings.host,
+                self.port,
+            )
             if self.settings.serve_during_updates:
                 self._answering = True
                 self._serving_thread = threading.Thread(
@@ -216,11 +252,22 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 f"runner {self.worker_index}'s serving thread (serve_during_updates) has ended"
             )
 
+    def _check_server(self) -> None:
+        server = self._server
+        if server is not None and not server.listening and not self._stopped.is_set():
+            raise ServerDied(
+                f"runner {self.worker_index}'s bridge server stopped serving ({server.failure!r}; its traceback "
+                "is in the log): no robot can reach this runner"
+            )
+
     def make_module(self) -> None:
         try:
             spec: RLModuleSpec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
             self.module = spec.build()
             self.module.to(self._device)
+            # torch's inference mode for good: forward_exploration/forward_inference switch a module in
+            # training mode to eval() and back at every call (a walk over all its submodules, twice per step)
+            self.module.eval()
         except NotImplementedError:
             # as RLlib's runner: an algorithm without an RLModule can still take random actions
             self.module = None
@@ -259,6 +306,7 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 f"runner {self.worker_index} serves no robots: with num_env_runners > 0 the remote runners do"
             )
         assert not (num_timesteps is not None and num_episodes is not None)
+        self._check_server()
         if self._time_after_sampling is not None:
             self.metrics.log_value(TIME_BETWEEN_SAMPLING, time.perf_counter() - self._time_after_sampling)
         self.metrics.log_value(WEIGHTS_SEQ_NO, self._weights_seq_no, window=1)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from plugrl_ros.protocol.server_messages import EpisodeCount
+from plugrl_ros.rllib.interventions import Intervened
 
 Observation = dict[str, dict[str, np.ndarray]]  # one row: {"states": {...}, "images": {...}}
 
@@ -72,6 +73,8 @@ class FedBack:
     terminated: np.ndarray  # bool [m]
     truncated: np.ndarray  # bool [m]
     episodes: list[EpisodeCount | None]  # info["episode"] of each row that ended one, as the bridge counted it
+    # info["intervention"] per row (None: the chunk's action ran on every step); None: not reported
+    interventions: list[Intervened | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from ray.rllib.core.rl_module.rl_module import RLModule
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import ENV_TO_MODULE_CONNECTOR, MODULE_TO_ENV_CONNECTOR, RLMODULE_INFERENCE_TIMER
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
-from ray.rllib.utils.spaces.space_utils import unbatch
+from ray.rllib.utils.spaces.space_utils import normalize_action, unbatch
 
 
 @dataclass
@@ -60,12 +60,35 @@ class PolicyPass:
         module_to_env: ConnectorV2,
         action_space: gym.spaces.Space,
         metrics: MetricsLogger,
+        normalize_actions: bool = False,
     ) -> None:
+        """``normalize_actions``: the config's, which the module-to-env pipeline applies (it unsquashes)."""
         self.module = module
         self.env_to_module = env_to_module
         self.module_to_env = module_to_env
         self.action_space = action_space
         self.metrics = metrics
+        self.normalize_actions = normalize_actions
+
+    def to_module_action(self, action: np.ndarray) -> np.ndarray:
+        """An action in the action space as the module's output would be: the inverse of the module-to-env
+        pipeline's unsquashing (``normalize_actions``; clipping has no inverse: a clipped action is itself)."""
+        if self.normalize_actions:
+            return np.asarray(normalize_action(np.asarray(action, dtype=np.float32), self.action_space))
+        return np.asarray(action)
+
+    def behaviour_logp(self, extra: dict[str, Any], action: np.ndarray) -> dict[str, Any]:
+        """``extra`` (a step's module outputs) with ``action_logp`` recomputed for ``action``, from the same
+        ``action_dist_inputs``: the probability of what was executed under the policy that acted."""
+        if self.module is None or Columns.ACTION_LOGP not in extra or Columns.ACTION_DIST_INPUTS not in extra:
+            return extra
+        import torch  # the runner's modules are torch modules; imported only where a step was intervened
+
+        dist_inputs = torch.as_tensor(np.asarray(extra[Columns.ACTION_DIST_INPUTS], dtype=np.float32))[None]
+        dist = self.module.get_exploration_action_dist_cls().from_logits(dist_inputs)
+        logp = dist.logp(torch.as_tensor(np.asarray(action, dtype=np.float32))[None])[0]
+        old = np.asarray(extra[Columns.ACTION_LOGP])
+        return {**extra, Columns.ACTION_LOGP: logp.detach().numpy().astype(old.dtype).reshape(old.shape)}
 
     def prepare(self, episodes: list[SingleAgentEpisode], explore: bool) -> Prepared:
         """Run the env-to-module pipeline on episodes whose last observation is new (once per observation)."""
@@ -104,8 +127,14 @@ class PolicyPass:
         )
         actions = to_env.pop(Columns.ACTIONS)
         for_env = to_env.pop(Columns.ACTIONS_FOR_ENV, actions)
-        actions, for_env = unbatch(actions), unbatch(for_env)
+        actions, for_env = _rows(actions), _rows(for_env)
         return [
             Decision(actions[i], np.asarray(for_env[i]), {key: value[i] for key, value in to_env.items()})
             for i in range(n)
         ]
+
+
+def _rows(batch: Any) -> list[Any]:
+    """A batch's rows: an array's own rows (what RLlib's ``unbatch`` gives for one, without its tree walk at
+    every step), else ``unbatch`` of the structure."""
+    return list(batch) if isinstance(batch, np.ndarray) else unbatch(batch)

@@ -36,9 +36,11 @@ from websockets.exceptions import ConnectionClosed
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
 from plugrl_ros.protocol.codec import packb
 from plugrl_ros.protocol.errors import ProtocolError
+from plugrl_ros.protocol.server_auth import ServerAccess
 from plugrl_ros.protocol.server_messages import Feedback, Infer, episode_counts
 from plugrl_ros.protocol.trainer_connection import ServerPhase, TrainerConnection
 from plugrl_ros.rllib.events import Answer, Closed, Connected, Event, FedBack, Inferred
+from plugrl_ros.rllib.interventions import intervention_rows
 from plugrl_ros.rllib.link_figures import LinkFigures
 from plugrl_ros.rllib.observations import ObservationReader
 from plugrl_ros.tools.serving import TrainerThread, serve_trainer
@@ -61,8 +63,10 @@ class BridgeServer:
         events: queue.Queue[Event],
         figures: LinkFigures,
         feedback_timeout_s: float,
+        access: ServerAccess | None = None,
     ) -> None:
         self.host = host
+        self.access = access
         self.reader = reader
         self.metadata = dict(metadata)
         self.events = events
@@ -91,6 +95,11 @@ class BridgeServer:
     def listening(self) -> bool:
         return self._thread.alive and self._thread.error is None
 
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the server thread stopped, if it failed."""
+        return self._thread.error
+
     def close_link(self, link: int) -> None:
         """Close connection ``link`` for a resync (from any thread; nothing happens if it is gone)."""
         loop = self._loop
@@ -115,7 +124,9 @@ class BridgeServer:
     async def start(self) -> int:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        self._server = await serve_trainer(self._handle, self.host, self._requested_port, _CLOSE_TIMEOUT_S)
+        self._server = await serve_trainer(
+            self._handle, self.host, self._requested_port, _CLOSE_TIMEOUT_S, access=self.access, logger=log
+        )
         return next(iter(self._server.sockets)).getsockname()[1]
 
     async def finished(self) -> None:
@@ -156,34 +167,41 @@ class BridgeServer:
             await ws.close(1001, RESYNC_REASON)
 
     async def _serve(self, ws: ServerConnection, link: int, connection: TrainerConnection) -> None:
-        while True:
-            awaiting_feedback = connection.phase is ServerPhase.AWAIT_FEEDBACK
-            try:
-                frame = await asyncio.wait_for(ws.recv(), self.feedback_timeout_s if awaiting_feedback else None)
-            except asyncio.TimeoutError:
-                log.warning("bridge %d: no feedback for %g s; closing", link, self.feedback_timeout_s)
-                await ws.close(1001, FEEDBACK_TIMEOUT_REASON)
-                return
-            read_at = time.monotonic()
-            try:
-                message = connection.receive(frame)
-                event = self._event(link, message, read_at)
-            except ProtocolError as exc:
-                # as a PlugRL server does: forget this connection's state and let the bridge start over
-                log.warning("bridge %d: %s; asking it to resync", link, exc)
-                connection.close()
-                await ws.close(1001, RESYNC_REASON)
-                return
-            if isinstance(event, FedBack):
+        # one task for the connection's whole life, not one per infer: an answer is awaited at every env step
+        closed = asyncio.ensure_future(ws.wait_closed())
+        try:
+            while True:
+                awaiting_feedback = connection.phase is ServerPhase.AWAIT_FEEDBACK
+                try:
+                    # asyncio.timeout, not wait_for: no task of its own for every frame read
+                    async with asyncio.timeout(self.feedback_timeout_s if awaiting_feedback else None):
+                        frame = await ws.recv()
+                except TimeoutError:
+                    log.warning("bridge %d: no feedback for %g s; closing", link, self.feedback_timeout_s)
+                    await ws.close(1001, FEEDBACK_TIMEOUT_REASON)
+                    return
+                read_at = time.monotonic()
+                try:
+                    message = connection.receive(frame)
+                    event = self._event(link, message, read_at)
+                except ProtocolError as exc:
+                    # as a PlugRL server does: forget this connection's state and let the bridge start over
+                    log.warning("bridge %d: %s; asking it to resync", link, exc)
+                    connection.close()
+                    await ws.close(1001, RESYNC_REASON)
+                    return
+                if isinstance(event, FedBack):
+                    self.events.put(event)
+                    continue
+                self.figures.infer_read(link, event.envs, read_at)
                 self.events.put(event)
-                continue
-            self.figures.infer_read(link, event.envs, read_at)
-            self.events.put(event)
-            chunk = await _answer_or_close(ws, event.answer)
-            if chunk is None:
-                return
-            await ws.send(packb(connection.answer(chunk)))
-            self.figures.answer_sent(link, event.envs, read_at)
+                chunk = await _answer_or_close(event.answer, closed)
+                if chunk is None:
+                    return
+                await ws.send(packb(connection.answer(chunk)))
+                self.figures.answer_sent(link, event.envs, read_at)
+        finally:
+            closed.cancel()
 
     def _event(self, link: int, message: Infer | Feedback, read_at: float) -> Inferred | FedBack:
         if isinstance(message, Infer):
@@ -204,16 +222,14 @@ class BridgeServer:
             message.terminated,
             message.truncated,
             episode_counts(message.info, message.terminated | message.truncated),
+            intervention_rows(message.info, m, int(self.metadata["action_horizon"]), int(self.metadata["action_dim"])),
         )
 
 
-async def _answer_or_close(ws: ServerConnection, answer: Answer) -> np.ndarray | None:
-    """The answer, or None if the bridge went away while it was computed."""
-    closed = asyncio.ensure_future(ws.wait_closed())
-    try:
+async def _answer_or_close(answer: Answer, closed: asyncio.Future) -> np.ndarray | None:
+    """The answer, or None if the bridge went away (``closed``: its ``wait_closed``) while it was computed."""
+    if not answer.future.done():
         await asyncio.wait({answer.future, closed}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        closed.cancel()
     if answer.future.done():
         return answer.future.result()
     answer.future.cancel()

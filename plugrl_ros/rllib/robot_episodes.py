@@ -6,7 +6,9 @@ row. Each feedback row is one RL step, ``add_env_step`` with the action the
 env held (as sampled, with its ``action_logp``, ``action_dist_inputs`` and the
 weights' sequence number), the chunk's summed reward, the observation after
 the chunk (the terminal one when the episode ended), the flags, and the
-bridge's ``info["episode"]`` on the row that ended it. RLlib's
+bridge's ``info["episode"]`` on the row that ended it. With a person in the loop the
+action stored is the one executed, and every step's infos say whether it was
+``intervened`` (:mod:`plugrl_ros.rllib.interventions`). RLlib's
 ``on_episode_*`` callbacks are made at the same points as RLlib's own runner
 makes them (:mod:`plugrl_ros.rllib.episode_callbacks`).
 
@@ -46,6 +48,7 @@ from plugrl_ros.rllib.chunks import ChunkMapping
 from plugrl_ros.rllib.episode_callbacks import EpisodeCallbacks
 from plugrl_ros.rllib.events import FedBack, Inferred, Observation
 from plugrl_ros.rllib.inference import Decision, PolicyPass, Prepared
+from plugrl_ros.rllib.interventions import INTERVENED, executed_action
 
 
 @dataclass
@@ -158,15 +161,23 @@ class RobotEpisodes:
             assert robot.held is not None and robot.episode is not None
             count = event.episodes[row]
             # kept as RLlib keeps an env's info: plain values under the protocol's own keys
-            episode_info = None if count is None else {"r": count.ret, "l": count.length, "s": count.success}
+            infos: dict = {} if count is None else {"episode": {"r": count.ret, "l": count.length, "s": count.success}}
+            action, extra = robot.held.action, robot.held.extra_model_outputs
+            if event.interventions is not None:
+                intervened = event.interventions[row]
+                infos[INTERVENED] = intervened is not None  # on every step of a bridge with a person in the loop
+                if intervened is not None:
+                    # what ran, not what was sampled; and its probability under the policy that acted
+                    action = executed_action(action, intervened, policy.to_module_action)
+                    extra = policy.behaviour_logp(extra, action)
             robot.episode.add_env_step(
                 observation=event.observations[row],
-                action=robot.held.action,
+                action=action,
                 reward=float(event.rewards[row]),
-                infos={"episode": episode_info} if episode_info is not None else {},
+                infos=infos,
                 terminated=bool(event.terminated[row]),
                 truncated=bool(event.truncated[row]),
-                extra_model_outputs=robot.held.extra_model_outputs,
+                extra_model_outputs=extra,
             )
             robot.held = None
             robot.fed_back = _copied(event.observations[row])

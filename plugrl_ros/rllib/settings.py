@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from plugrl_ros.protocol.server_auth import DEFAULT_API_KEY_ENV, ServerAccess
+
 ENV_CONFIG_KEY = "plugrl"
 PROTOCOL_FEEDBACK_TIMEOUT_S = 60.0
 
@@ -43,6 +45,20 @@ class RunnerSettings:
     # training ones: evaluation runner i listens on evaluation_port + i, for bridges of robots that
     # evaluate. None (the default): a runner refuses to start as an evaluation runner. 0: free ports.
     evaluation_port: int | None = None
+    # Who may connect (docs/security.md). The environment variable holding the API key every bridge
+    # must send, read where the runner runs (never the key itself: env_config travels with the
+    # algorithm's config and checkpoints); when the default variable is unset, no key is asked.
+    api_key_env: str = DEFAULT_API_KEY_ENV
+    # PEM certificate chain (and its private key, if not in the same file) to serve wss://; the
+    # paths must exist on every machine a runner may be placed on.
+    tls_cert: str = ""
+    tls_key: str = ""
+    # A fleet on a Ray cluster (plugrl_ros.rllib.sites): the name of the Ray node label that says which
+    # robots' site a node is (``ray start --labels plugrl-site=A``). Set, every runner listens on ``port``
+    # itself (evaluation runners on ``evaluation_port``), whatever its worker index, on the node Ray placed
+    # it on, and refuses to start on a node without the label: a bridge's trainer.uri is
+    # ws://<site node>:<port>, and stays so when Ray restarts the runner there. None: port + worker index.
+    site_label: str | None = None
 
     def __post_init__(self) -> None:
         _check(isinstance(self.host, str) and bool(self.host), "host", self.host, "an address to listen on")
@@ -56,12 +72,25 @@ class RunnerSettings:
             self.evaluation_port,
             "None or a port in 0..65535",
         )
+        for name in ("api_key_env", "tls_cert", "tls_key"):
+            _check(isinstance(getattr(self, name), str), name, getattr(self, name), "a string")
+        _check(not self.tls_key or bool(self.tls_cert), "tls_key", self.tls_key, "tls_cert to be set as well")
+        _check(
+            self.site_label is None or (isinstance(self.site_label, str) and bool(self.site_label)),
+            "site_label",
+            self.site_label,
+            "None or the name of a Ray node label (ray start --labels NAME=SITE)",
+        )
         _check(
             _is_number(self.feedback_timeout_s) and self.feedback_timeout_s > 0,
             "feedback_timeout_s",
             self.feedback_timeout_s,
             "> 0 seconds",
         )
+
+    @property
+    def access(self) -> ServerAccess:
+        return ServerAccess(api_key_env=self.api_key_env, tls_cert=self.tls_cert, tls_key=self.tls_key)
 
     def env_config(self, **more: Any) -> dict[str, Any]:
         """An ``env_config`` carrying these settings (plus ``more`` keys of your own)."""
@@ -84,6 +113,9 @@ class RunnerSettings:
     def port_of(self, worker_index: int, evaluation: bool = False) -> int:
         """The port runner ``worker_index`` (of the evaluation runners if ``evaluation``) listens on (0: a free port).
 
+        With ``site_label`` the index plays no part: one runner per site node, on
+        the site's fixed port (see :mod:`plugrl_ros.rllib.sites`).
+
         ValueError for an evaluation runner without ``evaluation_port``: it would
         take a training runner's port (the same index) and fail to listen, or
         serve the training robots.
@@ -100,7 +132,9 @@ class RunnerSettings:
             base = self.evaluation_port
         else:
             base = self.port
-        return 0 if base == 0 else base + worker_index
+        if base == 0 or self.site_label is not None:
+            return base
+        return base + worker_index
 
 
 def check_against(settings: RunnerSettings, sample_timeout_s: float | None) -> None:

@@ -498,6 +498,18 @@ class EnvIO:
             for config, publisher, shaper in self._actuators
         }
 
+    def executed(self, base: np.ndarray, sent: dict[str, np.ndarray | None]) -> np.ndarray:
+        """The action this step executed: ``base`` (the chunk's action) with each actuator's slice replaced by
+        what it was sent (after its limits), mapped back into action units. An actuator sent nothing keeps its
+        last command; NaN where it never had one."""
+        action = np.array(base, dtype=np.float64)
+        for config, _, shaper in self._actuators:
+            values = sent.get(config.key)
+            if values is None:
+                values = shaper.last
+            action[config.start : config.stop] = np.nan if values is None else shaper.unshape(values)
+        return action
+
     def wait_delivered(self, deadline: float) -> bool:
         """Wait (until ``time.monotonic()`` reaches ``deadline``) for every actuator's subscribers to
         acknowledge what was published; False if one did not. A reliable publisher destroyed with a

@@ -23,8 +23,10 @@ from rclpy.node import Node
 
 from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.robot.env_io import EnvIO, ShapeGuard
+from plugrl_ros.robot.intervention import PersonInput
 from plugrl_ros.robot.pause import Pause
 from plugrl_ros.robot.silence import Verdict
+from plugrl_ros.robot.takeover import Control
 from plugrl_ros.ros.config import BridgeConfig
 
 # Threads that convert images beside the executor (OpenCV releases the GIL): a small robot computer's cores.
@@ -68,6 +70,16 @@ class RobotSide:
         ]
         self.pause = Pause(node, config.pause, callback_group, self._pause_changed)
         self._applied_pause = self.pause.paused
+        person = config.intervention
+        # a person in the loop, per env: their device's topics resolve in the env's namespace
+        self.people = (
+            None
+            if person is None
+            else [
+                PersonInput(node, i, ns, person, config.actions, callback_group, time.monotonic)
+                for i, ns in enumerate(config.envs)
+            ]
+        )
 
     # -- pause ---------------------------------------------------------------
 
@@ -92,6 +104,20 @@ class RobotSide:
             self.idle_all()
         else:
             log.info(f"resumed by {source}")
+
+    # -- a person in the loop --------------------------------------------------
+
+    def control(self, env: int) -> Control:
+        """Who commands ``env`` now: the policy (always, without an intervention section), a person, or nobody."""
+        return Control.POLICY if self.people is None else self.people[env].control()
+
+    def person_command(self, env: int) -> np.ndarray | None:
+        """The person's latest command for ``env``, an action row (None: none)."""
+        return None if self.people is None else self.people[env].command()
+
+    def executed(self, env: int, base: np.ndarray, sent: dict[str, np.ndarray | None]) -> np.ndarray:
+        """The action ``env`` executed when its actuators were ``sent`` this (see :meth:`EnvIO.executed`)."""
+        return self.envs[env].executed(base, sent)
 
     # -- observing -----------------------------------------------------------
 

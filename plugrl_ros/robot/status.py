@@ -69,3 +69,17 @@ def env_condition(io: EnvIO, paused: bool, now_ns: int, now_s: float) -> tuple[b
     if paused:
         return OK, "paused"
     return None
+
+
+def share(part: int, whole: int) -> str:
+    """``part`` of ``whole`` as a percentage for /diagnostics and the status line ('-' before anything counted)."""
+    return "-" if whole <= 0 else f"{100.0 * part / whole:.0f}%"
+
+
+def person_values(control: str, person_steps: int, steps: int) -> dict[str, str]:
+    """One env's intervention figures with a person in the loop: who commands now, and the person's share."""
+    return {
+        "commanded by": control,
+        "person steps": str(person_steps),
+        "intervention share": share(person_steps, steps),
+    }

@@ -29,6 +29,16 @@ class EpisodeSummary:
 
 
 @dataclass(frozen=True)
+class StepsExecuted:
+    """What a chunk's steps that ran executed, when a person may have commanded some of them."""
+
+    horizon: int  # the chunk's H, as the trainer sent it
+    actions: np.ndarray  # [steps, width]: the action each step executed (the chunk's, or what replaced it)
+    active: np.ndarray  # bool [steps]: the step's action was not the chunk's (a person's, or an idle)
+    person: np.ndarray  # bool [steps]: a person commanded the step
+
+
+@dataclass(frozen=True)
 class PendingFeedback:
     """A finished chunk, waiting for its feedback slot."""
 
@@ -39,6 +49,7 @@ class PendingFeedback:
     step_id: int
     steps: int
     episode: EpisodeSummary | None
+    executed: StepsExecuted | None = None  # with interventions configured
 
     @property
     def ends_episode(self) -> bool:
@@ -48,8 +59,22 @@ class PendingFeedback:
 class EnvRollout:
     """One env's protocol-side state: its chunk, its held feedback, its episode."""
 
-    def __init__(self, index: int, max_episode_steps: int = 0, resets: bool = True) -> None:
+    def __init__(
+        self, index: int, max_episode_steps: int = 0, resets: bool = True, interventions: bool = False
+    ) -> None:
+        """``interventions``: a person may command steps; each feedback then says what every step executed."""
         self.index = index
+        self._interventions = interventions
+        self.horizon = 0  # the held chunk's H, as the trainer sent it
+        # The held chunk was computed for the robot's current state: no person moved the robot since its
+        # observation. A chunk that was not is never resumed by the policy (the robot idles through it).
+        self.fresh_chunk = True
+        self._person_moved = False  # a person moved the robot since the last infer's observation
+        self._executed: np.ndarray | None = None  # the held chunk's steps as executed, once one was replaced
+        self._active: np.ndarray | None = None
+        self._person: np.ndarray | None = None
+        self.person_steps = 0  # lifetime: steps a person commanded
+        self.replaced_steps = 0  # lifetime: steps that ran something else than the chunk's action
         self._max_episode_steps = max_episode_steps
         self._resets = resets  # a reset procedure is configured (else the task is continuing)
         self.chunk: np.ndarray | None = None  # [h, width] float64
@@ -99,10 +124,13 @@ class EnvRollout:
 
     # -- the chunk -------------------------------------------------------
 
-    def start_chunk(self, actions: np.ndarray) -> None:
+    def start_chunk(self, actions: np.ndarray, horizon: int | None = None) -> None:
         assert self.inferring and not self.holds_action, f"env {self.index} got a chunk it did not ask for"
         self.inferring = False
         self.chunk = actions
+        self.horizon = len(actions) if horizon is None else horizon
+        self.fresh_chunk = not self._person_moved
+        self._executed = self._active = self._person = None
         self.next_step = 0
         self.step_in_flight = False
         self.cut = False
@@ -118,6 +146,51 @@ class EnvRollout:
         self.next_step += 1
         self.step_in_flight = True
         return action
+
+    @property
+    def policy_may_act(self) -> bool:
+        """No person moved the robot since the observation of the held chunk (or of the one asked for)."""
+        return self.fresh_chunk and not self._person_moved
+
+    def asked(self) -> None:
+        """An infer with this env's current observation went out."""
+        self.inferring = True
+        self._person_moved = False
+
+    def person_moved(self) -> None:
+        """A person's command went out: the held chunk, and any chunk asked for before, no longer fit the state."""
+        self._person_moved = True
+        self.fresh_chunk = False
+
+    def cut_chunk(self) -> None:
+        """End the held chunk after its step in flight (or the next one, if none is)."""
+        if self.chunk is not None:
+            self.cut = True
+
+    def replaced(self, action: np.ndarray, person: bool) -> None:
+        """The step in flight executed ``action`` instead of the chunk's (``person``: a person commanded it)."""
+        assert self.step_in_flight and self.chunk is not None, f"env {self.index}: no chunk step in flight"
+        if self._executed is None:
+            self._executed = np.array(self.chunk, dtype=np.float64)
+            self._active = np.zeros(len(self.chunk), dtype=np.bool_)
+            self._person = np.zeros(len(self.chunk), dtype=np.bool_)
+        assert self._active is not None and self._person is not None
+        k = self.next_step - 1
+        self._executed[k] = action
+        self._active[k] = True
+        self._person[k] = person
+        self.replaced_steps += 1
+        self.person_steps += person
+
+    def _steps_executed(self, steps: int) -> StepsExecuted | None:
+        if not self._interventions:
+            return None
+        assert self.chunk is not None
+        if self._executed is None:
+            none = np.zeros(steps, dtype=np.bool_)
+            return StepsExecuted(self.horizon, self.chunk[:steps], none, none)
+        assert self._active is not None and self._person is not None
+        return StepsExecuted(self.horizon, self._executed[:steps], self._active[:steps], self._person[:steps])
 
     def finish_step(
         self,
@@ -170,6 +243,7 @@ class EnvRollout:
             step_id=self.step_id,
             steps=self.next_step,
             episode=episode,
+            executed=self._steps_executed(self.next_step),
         )
         self.chunk = None
         if ended:
@@ -209,6 +283,7 @@ class EnvRollout:
             step_id=self.step_id,
             steps=completed,
             episode=EpisodeSummary(self.episode_return, self.episode_length, self.episode_success),
+            executed=self._steps_executed(completed),
         )
         self.chunk = None
         self._episode_ended()

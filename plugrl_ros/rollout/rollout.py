@@ -22,7 +22,7 @@ import numpy as np
 from plugrl_ros.protocol.connection import SAME_AS_FEEDBACK, Connection, Outgoing, Phase
 from plugrl_ros.protocol.errors import ProtocolError
 from plugrl_ros.protocol.messages import ActionChunk, Metadata, ObservationRow, TextFormat, action_width, episode_info
-from plugrl_ros.rollout.env_rollout import EnvRollout
+from plugrl_ros.rollout.env_rollout import EnvRollout, StepsExecuted
 from plugrl_ros.rollout.scheduler import Decision, Timing, decide_feedback
 
 Capture = Callable[[int], "ObservationRow | None"]
@@ -56,6 +56,8 @@ class RolloutSettings:
     # each connection starts every env on a fresh episode (at startup, and after every close)
     fresh_episodes: bool = False
     resets: bool = True  # a reset procedure is configured; without one the first observation starts an episode
+    # a person may command steps: every feedback's info says, per step, what ran and whether it was the chunk's
+    interventions: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,10 @@ class Rollout:
         assert settings.n_envs >= 1
         self.settings = settings
         self._clock = clock
-        self.envs = [EnvRollout(i, settings.max_episode_steps, settings.resets) for i in range(settings.n_envs)]
+        self.envs = [
+            EnvRollout(i, settings.max_episode_steps, settings.resets, settings.interventions)
+            for i in range(settings.n_envs)
+        ]
         if settings.fresh_episodes and settings.resets:
             # the robot may be anywhere: in the middle of an episode a previous bridge left
             for env in self.envs:
@@ -140,7 +145,7 @@ class Rollout:
         width = action_width(received)
         for row, env_index in enumerate(received.env_ids):
             actions = received.actions[:steps, row].reshape(steps, width)
-            self.envs[env_index].start_chunk(actions)
+            self.envs[env_index].start_chunk(actions, received.horizon)
             if self.paused:
                 # the episode is being truncated: one step, then feedback
                 self.envs[env_index].cut = self.envs[env_index].truncate = True
@@ -213,6 +218,23 @@ class Rollout:
 
     def step_in_flight(self, env: int) -> bool:
         return self.envs[env].step_in_flight
+
+    def policy_may_act(self, env: int) -> bool:
+        """``env``'s chunk (held or asked for) was computed for the robot's current state: no person has
+        moved the robot since its observation. Otherwise the robot idles until one that was arrives."""
+        return self.envs[env].policy_may_act
+
+    def person_moved(self, env: int) -> None:
+        """A person's command went out on ``env``."""
+        self.envs[env].person_moved()
+
+    def replaced(self, env: int, action: np.ndarray, person: bool) -> None:
+        """``env``'s step in flight executed ``action`` instead of its chunk's (a person's command, or an idle)."""
+        self.envs[env].replaced(action, person)
+
+    def cut(self, env: int) -> None:
+        """End ``env``'s chunk after its step in flight: the policy's plan no longer fits."""
+        self.envs[env].cut_chunk()
 
     def finish_step(
         self,
@@ -326,6 +348,8 @@ class Rollout:
             [r.episode.length if r.episode else 0 for r in results],
             [r.episode.success if r.episode else False for r in results],
         )
+        if self.settings.interventions:
+            info["intervention"] = intervention_info([r.executed for r in results])
         outgoing = conn.feedback(
             [e.index for e in sent],
             [r.step_id for r in results],
@@ -343,7 +367,25 @@ class Rollout:
         envs = sorted(rows)
         outgoing = conn.infer(envs, [self.envs[i].step_id for i in envs], [rows[i] for i in envs])
         for i in envs:
-            self.envs[i].inferring = True
+            self.envs[i].asked()
         self._infer_sent_at = self._clock()
         self.infers_sent += 1
         return outgoing
+
+
+def intervention_info(rows: list[StepsExecuted | None]) -> dict[str, np.ndarray]:
+    """``info["intervention"]`` of a feedback: ``active`` bool ``[m, H]`` (the step ran something else than the
+    chunk's action: a person's command, or an idle while the robot waited for a chunk that fits its state) and
+    ``action`` ``<f4 [m, H, width]`` (what each step executed). Steps that did not run: inactive, zeros."""
+    assert all(r is not None for r in rows)
+    executed = [r for r in rows if r is not None]
+    m = len(executed)
+    horizon = max(r.horizon for r in executed)
+    width = max(r.actions.shape[1] for r in executed)
+    active = np.zeros((m, horizon), dtype=np.bool_)
+    actions = np.zeros((m, horizon, width), dtype="<f4")
+    for row, r in enumerate(executed):
+        steps, w = r.actions.shape
+        active[row, :steps] = r.active
+        actions[row, :steps, :w] = r.actions
+    return {"active": active, "action": actions}

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from plugrl_ros.params.policy import PolicyConfig, check_policy_environment, load_policy_config
 from plugrl_ros.params.section import MISSING, ConfigError, Section, nest
 from plugrl_ros.protocol.client import ClientSettings
@@ -38,6 +40,7 @@ ROOT_KEYS = (
     "status",
     "record",
     "policy",
+    "intervention",
 )
 # Parameters every ROS node has; they are not the bridge's to validate.
 _ROS_OWNED_PREFIXES = ("use_sim_time", "qos_overrides.", "start_type_description_service", "start_parameter_services")
@@ -145,6 +148,23 @@ class PauseConfig:
 
 
 @dataclass(frozen=True)
+class InterventionConfig:
+    """A person in the loop: where their command comes from and the rule that says they have taken over."""
+
+    source: str  # joy (sensor_msgs/Joy axes) or actions (each actuator's own message type)
+    takeover: str  # button, topic or fresh (plugrl_ros.robot.takeover)
+    max_age_s: float
+    qos: str
+    topic: str  # the std_msgs/Bool deadman (takeover topic), else ""
+    joy_topic: str  # the sensor_msgs/Joy topic (source joy or takeover button), else ""
+    axes: tuple[int, ...]  # source joy: the axis of each action value [0, len(axes))
+    scale: tuple[float, ...]
+    offset: tuple[float, ...]
+    button: int  # takeover button: the deadman's index in Joy.buttons
+    action_topics: tuple[str, ...]  # source actions: one topic per actuator, in the order of ``actions``
+
+
+@dataclass(frozen=True)
 class StatusConfig:
     diagnostics_period_s: float
     log_period_s: float
@@ -152,7 +172,7 @@ class StatusConfig:
 
 @dataclass(frozen=True)
 class BridgeConfig:
-    mode: str  # train (a PlugRL trainer) or deploy (a policy server)
+    mode: str  # train (a PlugRL trainer), deploy (a policy server) or teleop (a person)
     trainer: ClientSettings
     use_reuse: bool
     text_format: str
@@ -169,6 +189,7 @@ class BridgeConfig:
     status: StatusConfig
     record: RecordSettings
     policy: PolicyConfig | None  # the policy section, if given (always in deploy mode)
+    intervention: InterventionConfig | None = None  # a person in the loop, if the section is given
 
     @property
     def action_width_needed(self) -> int:
@@ -266,6 +287,11 @@ def load_config(flat: Mapping[str, Any], used: dict[str, Any] | None = None) -> 
     policy = _policy(root, mode, images, states, text)
     if mode == "deploy" and control.mode != "timer":
         raise ConfigError("control.mode", control.mode, "deploy mode runs on the control timer: timer")
+    intervention = _intervention(root.section("intervention"), control, actions) if root.has("intervention") else None
+    if mode == "teleop" and intervention is None:
+        raise ConfigError(
+            "intervention.source", MISSING, "mode is teleop: give the intervention section (the person's device)"
+        )
     root.finish()
 
     config = BridgeConfig(
@@ -286,6 +312,7 @@ def load_config(flat: Mapping[str, Any], used: dict[str, Any] | None = None) -> 
         status=status,
         record=record,
         policy=policy,
+        intervention=intervention,
     )
     if policy is not None:
         policy.expectation(min_width=config.action_width_needed)  # a too narrow policy.action_dim fails here
@@ -299,6 +326,8 @@ def check_environment(config: BridgeConfig, environ: Mapping[str, str]) -> None:
         assert config.policy is not None
         check_policy_environment(config.policy, environ)
         return  # the trainer section is not used
+    if config.mode == "teleop":
+        return  # no link at all
     problem = config.trainer.access_problem(environ)
     if problem is None:
         return
@@ -508,6 +537,83 @@ def _reset(section: Section) -> ResetConfig:
     return reset
 
 
+def _intervention(section: Section, control: ControlConfig, actions: tuple[ActionConfig, ...]) -> InterventionConfig:
+    """The person in the loop: their command source and takeover rule, checked against the actuators."""
+    source = section.str("source")
+    takeover = section.str("takeover")
+    max_age_s = section.float("max_age_s")
+    qos = _qos(section)
+    topic = _topic(section, "topic")
+    if control.mode != "timer":
+        raise ConfigError(
+            section.key("source"), source, "interventions need control.mode timer (a person commands in real time)"
+        )
+    for action in actions:
+        if action.stop is None:
+            raise ConfigError(
+                f"{action.key}.slice",
+                MISSING,
+                "a slice: with interventions the person's command is as wide as the actuators' slices say",
+            )
+        scale = action.make_shaper().scale
+        if not np.all(scale != 0):
+            # the person's command and what an actuator executed are mapped back through scale into the action
+            raise ConfigError(
+                f"{action.key}.scale", scale.tolist(), "non-zero values: interventions map commands back through it"
+            )
+    if takeover == "topic" and not topic:
+        raise ConfigError(section.key("topic"), topic, "takeover is topic: name the std_msgs/Bool deadman topic")
+    if takeover != "topic" and topic:
+        raise ConfigError(section.key("topic"), topic, f"only read with takeover topic (takeover is {takeover})")
+    uses_joy = source == "joy" or takeover == "button"
+    joy = section.section("joy")
+    if not uses_joy and joy.names():
+        raise ConfigError(joy.prefix, joy.values(), "only read with source joy or takeover button")
+    joy_topic = _topic(joy, "topic") if uses_joy else ""
+    if uses_joy and not joy_topic:
+        raise ConfigError(joy.key("topic"), joy_topic, "name the sensor_msgs/Joy topic")
+    button = joy.int("button") if takeover == "button" else 0
+    axes: tuple[int, ...] = ()
+    scale: tuple[float, ...] = ()
+    offset: tuple[float, ...] = ()
+    width = max(a.stop or 0 for a in actions)
+    if source == "joy":
+        axes = tuple(joy.int_list("axes"))
+        if len(axes) != width or any(axis < 0 for axis in axes):
+            raise ConfigError(
+                joy.key("axes"), list(axes), f"{width} axis indices (>= 0), one per action value the actuators read"
+            )
+        scale = tuple(joy.float_list("scale", length=width))
+        offset = tuple(joy.float_list("offset", length=width))
+    joy.finish()
+    action_topics: tuple[str, ...] = ()
+    commands = section.section("actions")
+    if source == "actions":
+        names = [a.name for a in actions]
+        commands.check_known(names)
+        action_topics = tuple(_topic(commands, name) for name in names)
+        for name, command_topic in zip(names, action_topics, strict=True):
+            if not command_topic:
+                raise ConfigError(commands.key(name), command_topic, "the topic of this actuator's command")
+    elif commands.names():
+        raise ConfigError(commands.prefix, commands.values(), "only read with source actions")
+    commands.finish()
+    section.finish()
+    return InterventionConfig(
+        source=source,
+        takeover=takeover,
+        max_age_s=max_age_s,
+        qos=qos,
+        topic=topic,
+        joy_topic=joy_topic,
+        axes=axes,
+        scale=scale,
+        offset=offset,
+        button=button,
+        action_topics=action_topics,
+    )
+
+
 def _check_shared_topics(config: BridgeConfig) -> None:
     """With several envs, an absolute actuator or reward topic would be shared by all of them."""
     if len(config.envs) < 2:
@@ -515,6 +621,10 @@ def _check_shared_topics(config: BridgeConfig) -> None:
     per_env = [(a.key + ".topic", a.topic) for a in config.actions]
     per_env += [("reward.topic", config.reward.topic), ("episode.terminated_topic", config.episode.terminated_topic)]
     per_env += [("episode.truncated_topic", config.episode.truncated_topic)]
+    if (person := config.intervention) is not None:
+        # one person's device per robot: a shared one would take every robot over at once
+        per_env += [("intervention.topic", person.topic), ("intervention.joy.topic", person.joy_topic)]
+        per_env += [(f"intervention.actions.{a.name}", t) for a, t in zip(config.actions, person.action_topics)]
     for key, topic in per_env:
         if topic.startswith("/"):
             raise ConfigError(

@@ -13,18 +13,36 @@ from std_msgs.msg import Float64, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from plugrl_ros.params.section import ConfigError, Section
-from plugrl_ros.ros.sources import read_joint_names, read_slice, registered
+from plugrl_ros.ros.sources import ConversionError, read_joint_names, read_slice, registered
 
 IDLE_CHOICES = ("hold", "zero", "none")
 
 
 class Sink(Protocol):
-    """Builds one actuator message from ``width`` shaped action values (None: as many as the action has)."""
+    """Builds one actuator message from ``width`` shaped action values (None: as many as the action has).
+
+    :meth:`read` is the way back: the values a message of the sink's own type commands (a person's
+    command on a teleop topic, for interventions); ConversionError if it does not hold them.
+    """
 
     msg_type: type
     width: int | None
 
     def build(self, values: np.ndarray, stamp: Time) -> Any: ...
+
+    def read(self, msg: Any) -> np.ndarray: ...
+
+
+def _named(names: Any, values: Any, joints: tuple[str, ...], what: str) -> np.ndarray:
+    """``values`` of the ``joints``, found by name in ``names`` (a person's command names its joints)."""
+    where = {name: i for i, name in enumerate(names)}
+    missing = [j for j in joints if j not in where]
+    if missing:
+        raise ConversionError(f"joint '{missing[0]}' is not in the {what} (has: {', '.join(names) or 'no joints'})")
+    data = np.asarray(values, dtype=np.float64)
+    if len(data) < len(where):
+        raise ConversionError(f"the {what} has {len(data)} values for {len(where)} joint names")
+    return data[[where[j] for j in joints]]
 
 
 def _doubles(values: np.ndarray) -> array.array:
@@ -59,6 +77,12 @@ class Float64MultiArraySink:
         msg.data = _doubles(values)
         return msg
 
+    def read(self, msg: Float64MultiArray) -> np.ndarray:
+        data = np.asarray(msg.data, dtype=np.float64)[msg.layout.data_offset :]
+        if self.width is not None and len(data) != self.width:
+            raise ConversionError(f"the array has {len(data)} values; this actuator takes {self.width}")
+        return data.copy()
+
 
 class JointStateSink:
     """sensor_msgs/JointState: one of position/velocity/effort for the configured joints."""
@@ -77,6 +101,9 @@ class JointStateSink:
         msg.name = list(self.joints)
         setattr(msg, self.field, _doubles(values))
         return msg
+
+    def read(self, msg: JointState) -> np.ndarray:
+        return _named(msg.name, getattr(msg, self.field), self.joints, f"JointState's {self.field}")
 
 
 class JointTrajectorySink:
@@ -102,6 +129,12 @@ class JointTrajectorySink:
         msg.joint_names = list(self.joints)
         msg.points = [point]
         return msg
+
+    def read(self, msg: JointTrajectory) -> np.ndarray:
+        """The first point: what the controller is sent to reach next."""
+        if not msg.points:
+            raise ConversionError("the JointTrajectory has no point")
+        return _named(msg.joint_names, getattr(msg.points[0], self.field), self.joints, f"trajectory's {self.field}")
 
 
 TWIST_FIELDS = ("linear.x", "linear.y", "linear.z", "angular.x", "angular.y", "angular.z")
@@ -129,6 +162,12 @@ class TwistSink:
         for (part, axis), value in zip(self.fields, values.tolist(), strict=True):
             setattr(getattr(twist, part), axis, value)
 
+    def _values(self, twist: Twist) -> np.ndarray:
+        return np.array([getattr(getattr(twist, part), axis) for part, axis in self.fields], dtype=np.float64)
+
+    def read(self, msg: Twist) -> np.ndarray:
+        return self._values(msg)
+
     def build(self, values: np.ndarray, stamp: Time) -> Twist:
         del stamp  # the message has no header
         msg = Twist()
@@ -152,6 +191,9 @@ class TwistStampedSink(TwistSink):
         self._fill(msg.twist, values)
         return msg
 
+    def read(self, msg: Any) -> np.ndarray:  # a TwistStamped
+        return self._values(msg.twist)
+
 
 class Float64Sink:
     """std_msgs/Float64: one value."""
@@ -165,6 +207,9 @@ class Float64Sink:
     def build(self, values: np.ndarray, stamp: Time) -> Float64:
         del stamp  # the message has no header
         return Float64(data=float(values[0]))
+
+    def read(self, msg: Float64) -> np.ndarray:
+        return np.array([msg.data], dtype=np.float64)
 
 
 SINKS: dict[str, type] = {
@@ -298,6 +343,20 @@ class ActionShaper:
                 # outside [min, max], the first step goes straight inside.
                 np.clip(values, self.low, self.high, out=values)
         return values
+
+    def unshape(self, values: np.ndarray) -> np.ndarray:
+        """The action slice that commands ``values`` (the inverse of scale and offset; limits are not undone).
+
+        A person's command given in the actuator's own units becomes an action like the policy's, and what
+        an actuator was sent becomes the action it executed. Needs every scale non-zero (checked at startup
+        where it is used).
+        """
+        return (np.asarray(values, dtype=np.float64) - self.offset) / self.scale
+
+    @property
+    def last(self) -> np.ndarray | None:
+        """What was last published (None: nothing yet)."""
+        return self._last
 
     def idle_values(self) -> np.ndarray | None:
         """What to publish while no action is available: the last values, zeros, or nothing (None)."""

@@ -1,17 +1,23 @@
-"""Serving a trainer or a policy server: the websocket options both ends agree on, and a trainer on its thread."""
+"""Serving a trainer or a policy server: the websocket options, who may connect, and a trainer on its thread."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import concurrent.futures
-import ssl
+import logging
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import Request, Response, Server, ServerConnection, serve
 
 from plugrl_ros.protocol.client import redacting_logger
+from plugrl_ros.protocol.server_auth import DEFAULT_API_KEY_ENV, ApiKeyGate, RefusalLog, ServerAccess
+from plugrl_ros.thread_guard import crash_of
+
+log = logging.getLogger("plugrl_ros.serving")
 
 R_co = TypeVar("R_co", covariant=True)
 Result = TypeVar("Result")
@@ -22,14 +28,32 @@ async def serve_trainer(
     host: str,
     port: int,
     close_timeout: float,
-    tls: ssl.SSLContext | None = None,
-    process_request: Callable[..., Any] | None = None,
+    access: ServerAccess | None = None,
+    process_request: Callable[[ServerConnection, Request], Response | None] | None = None,
+    logger: logging.Logger | None = None,
 ) -> Server:
     """Listen as a PlugRL trainer (or a policy server): no compression, frames of any size, no keepalive pings.
 
-    ``process_request`` may answer a plain HTTP request itself (a health check).
+    ``access`` (None: no key, no TLS; a test fixture's choice) sets the API key
+    every handshake must carry and the certificate for ``wss://``; an unusable
+    one raises :class:`~plugrl_ros.protocol.server_auth.AccessError` before
+    anything listens. ``process_request`` may answer a plain HTTP request
+    itself (a health check, which needs no key); what it lets through, the key
+    check sees next.
     """
-    return await serve(
+    access = access or ServerAccess(api_key_env="")
+    logger = logger or logging.getLogger("plugrl_ros.server")
+    key = access.api_key(os.environ)
+    tls = access.tls_context()
+    gate = ApiKeyGate(key, RefusalLog(logger)) if key is not None else None
+
+    def check(connection: ServerConnection, request: Request) -> Response | None:
+        answer = process_request(connection, request) if process_request is not None else None
+        if answer is None and gate is not None:
+            answer = gate(connection, request)
+        return answer
+
+    server = await serve(
         handler,
         host,
         port,
@@ -39,9 +63,30 @@ async def serve_trainer(
         ping_timeout=None,
         close_timeout=close_timeout,
         ssl=tls,
-        process_request=process_request,
+        process_request=check if process_request is not None or gate is not None else None,
         logger=redacting_logger("plugrl_ros.websockets.server"),  # handshakes carry the client's API key
     )
+    level, text = access.describe(os.environ, host)
+    logger.log(level, text)
+    return server
+
+
+def add_access_options(parser: argparse.ArgumentParser) -> None:
+    """The command-line options every shipped server takes for its API key and TLS (never the key itself)."""
+    parser.add_argument(
+        "--api-key-env",
+        default=DEFAULT_API_KEY_ENV,
+        metavar="VAR",
+        help="environment variable holding the API key clients must send (default %(default)s; when it is unset "
+        'the server needs no key; "" never asks for one)',
+    )
+    parser.add_argument("--tls-cert", default="", help="PEM certificate (chain) to serve wss:// instead of ws://")
+    parser.add_argument("--tls-key", default="", help="PEM private key for --tls-cert (if not in the same file)")
+
+
+def access_from(args: argparse.Namespace) -> ServerAccess:
+    """The :class:`ServerAccess` of :func:`add_access_options`' options."""
+    return ServerAccess(api_key_env=args.api_key_env, tls_cert=args.tls_cert, tls_key=args.tls_key)
 
 
 class Trainer(Protocol[R_co]):
@@ -80,7 +125,11 @@ class TrainerThread(Generic[Result]):
             self._result.set_result(asyncio.run(main()))
         except BaseException as exc:  # hand any failure to the thread that started this one
             if not self._port.done():
-                self._port.set_exception(exc)
+                self._port.set_exception(exc)  # start() raises it: the starter hears of it at once
+            else:
+                # while serving: nobody may look at the result for a long time, so say it now, with its traceback
+                crash = crash_of(self._thread.name, exc)
+                log.error("the %s thread stopped serving: %s\n%s", crash.thread, crash.error, crash.traceback.rstrip())
             self._result.set_exception(exc)
 
     def start(self, timeout: float = 10.0) -> int:

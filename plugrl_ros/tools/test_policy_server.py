@@ -28,9 +28,9 @@ import argparse
 import asyncio
 import http
 import json
+import logging
 import random
 import signal
-import ssl
 import sys
 import time
 import traceback
@@ -43,7 +43,10 @@ from websockets.asyncio.server import Request, Response, Server, ServerConnectio
 from websockets.exceptions import ConnectionClosed
 
 from plugrl_ros.protocol import codec
-from plugrl_ros.tools.serving import serve_trainer
+from plugrl_ros.protocol.server_auth import DEFAULT_API_KEY_ENV, AccessError, ServerAccess
+from plugrl_ros.tools.serving import add_access_options, serve_trainer
+
+log = logging.getLogger("plugrl_ros.test_policy_server")
 
 CLOSE_INTERNAL_ERROR = 1011
 CLOSE_REASON = "Internal server error. Traceback included in previous frame."
@@ -68,6 +71,7 @@ class PolicyServerSettings:
     seed: int = 0
     tls_cert: str = ""
     tls_key: str = ""
+    api_key_env: str = DEFAULT_API_KEY_ENV  # the variable holding the key clients must send (docs/security.md)
 
     def __post_init__(self) -> None:
         if self.horizon < 1 or self.action_dim < 1:
@@ -80,7 +84,11 @@ class PolicyServerSettings:
 
     @property
     def scheme(self) -> str:
-        return "wss" if self.tls_cert else "ws"
+        return self.access.scheme
+
+    @property
+    def access(self) -> ServerAccess:
+        return ServerAccess(api_key_env=self.api_key_env, tls_cert=self.tls_cert, tls_key=self.tls_key)
 
 
 @dataclass
@@ -162,12 +170,8 @@ class TestPolicyServer:
 
     async def start(self) -> int:
         s = self.settings
-        tls = None
-        if s.tls_cert:
-            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            tls.load_cert_chain(s.tls_cert, s.tls_key or None)
         self._server = await serve_trainer(
-            self._handle, s.host, s.port, close_timeout=1.0, tls=tls, process_request=self._http
+            self._handle, s.host, s.port, close_timeout=1.0, access=s.access, process_request=self._http, logger=log
         )
         return self._server.sockets[0].getsockname()[1]
 
@@ -294,8 +298,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--metadata", default=None, help="the metadata map, as JSON (default: action_horizon, action_dim)")
     p.add_argument("--linear", default="", help=".npz file with W [action_dim, state_dim] and optional b")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--tls-cert", default="", help="PEM certificate (chain) to serve wss://")
-    p.add_argument("--tls-key", default="", help="PEM private key for --tls-cert (if not in the same file)")
+    add_access_options(p)
     return p
 
 
@@ -303,6 +306,9 @@ async def _serve_until_stopped(settings: PolicyServerSettings) -> int:
     server = TestPolicyServer(settings)
     try:
         port = await server.start()
+    except AccessError as exc:
+        print(f"plugrl-test-policy-server: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"plugrl-test-policy-server: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
         return 2
@@ -343,11 +349,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
+            api_key_env=args.api_key_env,
         )
         if settings.linear:
             LinearPolicy(settings.linear, settings.action_dim)  # a bad file fails now, not at the first request
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
+    logging.basicConfig(level=logging.INFO, format="[plugrl-test-policy-server] %(message)s")  # access, refusals
+    logging.getLogger("websockets").setLevel(logging.WARNING)
     try:
         return asyncio.run(_serve_until_stopped(settings))
     except KeyboardInterrupt:

@@ -15,11 +15,23 @@ import numpy as np
 
 from plugrl_ros.protocol.messages import ObservationRow
 
+# With a person in the loop, each step says: (a person commanded it; the policy's action did not run, the
+# person's command or an idle did; the person's command in action units before shaping, or None)
+Intervention = tuple[bool, bool, "np.ndarray | None"]
+
 
 class TransitionObserver(Protocol):
     def observation(self, env: int, t_ns: int, row: ObservationRow, sent_in: Literal["infer", "feedback"]) -> None: ...
     def chunk(self, env: int, t_ns: int, action: np.ndarray) -> None: ...
-    def step(self, env: int, t_ns: int, chunk_step: int | None, commanded: Mapping[str, np.ndarray | None]) -> None: ...
+    def step(
+        self,
+        env: int,
+        t_ns: int,
+        chunk_step: int | None,
+        commanded: Mapping[str, np.ndarray | None],
+        applied: np.ndarray | None = None,
+        intervention: Intervention | None = None,
+    ) -> None: ...
     def step_result(
         self, env: int, t_ns: int, reward: float, terminated: bool, truncated: bool, success: bool
     ) -> None: ...

@@ -6,7 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 from plugrl_ros.robot.robot_side import RobotSide
-from plugrl_ros.robot.status import ERROR, OK, WARN, Entry, env_condition, percentile_ms
+from plugrl_ros.robot.status import ERROR, OK, WARN, Entry, env_condition, percentile_ms, person_values, share
 from plugrl_ros.rollout.env_rollout import EnvRollout
 
 if TYPE_CHECKING:  # the mode imports this module
@@ -106,6 +106,8 @@ def train_diagnostics(prefix: str, mode: TrainMode, uplink: UplinkMeter) -> list
             "resets for silence": str(io.silence.total_resets),
             "non-finite actions": str(io.nonfinite_actions),
         }
+        if robot.people is not None:
+            entry.values.update(person_values(robot.control(io.index).value, env.person_steps, env.steps_total))
         entries.append(entry)
     return entries
 
@@ -128,5 +130,10 @@ def train_status_line(mode: TrainMode) -> str:
         f"trainer {link}{rate} | {sum(e.steps_total for e in envs)} steps, {episodes} episodes{ret} | "
         f"infer {percentile_ms(list(rollout.infer_latencies), 0.5)} ms"
         + (f" | stale envs {stale}" if stale else "")
+        + (
+            " | person share " + " ".join(share(e.person_steps, e.steps_total) for e in envs)
+            if robot.people is not None
+            else ""
+        )
         + (" | PAUSED" if robot.paused else "")
     )

@@ -13,7 +13,7 @@ robots is the robot side's.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,9 +26,11 @@ from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.robot.env_io import EnvIO
 from plugrl_ros.robot.robot_side import RobotSide
 from plugrl_ros.robot.status import Entry
+from plugrl_ros.robot.takeover import Control
 from plugrl_ros.rollout.rollout import Rollout, RolloutSettings
 from plugrl_ros.rollout.timer_steps import TimerSteps
 from plugrl_ros.ros.config import BridgeConfig
+from plugrl_ros.thread_guard import Crash, log_crash
 from plugrl_ros.train.observer import TransitionObserver
 from plugrl_ros.train.rates import RateMeter
 from plugrl_ros.train.status import UplinkMeter, train_diagnostics, train_status_line
@@ -55,6 +57,7 @@ def rollout_settings(config: BridgeConfig) -> RolloutSettings:
         text_format=config.text_format,  # type: ignore[arg-type]
         fresh_episodes=config.reset.on_start,
         resets=config.reset.mode != "none",
+        interventions=config.intervention is not None,
     )
 
 
@@ -68,8 +71,10 @@ class TrainMode:
         robot: RobotSide,
         callback_group: object,
         observer: TransitionObserver | None = None,
+        on_crash: Callable[[Crash], None] = log_crash,
     ) -> None:
-        """``observer`` (the recorder, when recording) hears every transition; it never steers."""
+        """``observer`` (the recorder, when recording) hears every transition; it never steers.
+        ``on_crash``: told if the link thread dies of an error nobody expected (see :mod:`plugrl_ros.thread_guard`)."""
         self._node = node
         self.observer = observer
         self.config = config
@@ -80,6 +85,8 @@ class TrainMode:
         self.rollout = Rollout(rollout_settings(config), clock=time.monotonic)
         self.rollout.set_paused(robot.paused)
         self._steps = TimerSteps(len(robot.envs), config.control.period_s)
+        # the last command an env's actuators got was a person's: never kept once the policy may act again
+        self._last_by_person = [False] * len(robot.envs)
         self.loop_rate = RateMeter()  # control ticks, on the node's clock
         self.step_rates = [RateMeter() for _ in robot.envs]  # each env's finished steps, on the node's clock
         self.last_close = ""
@@ -97,7 +104,7 @@ class TrainMode:
             node.create_timer(min(period, 0.01), self._housekeeping, callback_group=callback_group, clock=steady)
         else:
             node.create_timer(period, self._on_tick, callback_group=callback_group)
-        self.link = TrainerLink(node, config.trainer, self._on_link_event, callback_group)
+        self.link = TrainerLink(node, config.trainer, self._on_link_event, callback_group, on_crash)
         # (per message, only when asked for: the line would be built on every chunk otherwise)
         self._debug = node.get_logger().is_enabled_for(LoggingSeverity.DEBUG)
 
@@ -108,6 +115,11 @@ class TrainMode:
         """Close the trainer connection with 1000 (after the robot side idled the actuators)."""
         self.link.stop()
         self.link.join(self.config.trainer.close_timeout_s + 1.0)
+        # The executor no longer spins: the close is handled here, so the recording and the log end with it.
+        # Frames are dropped: the actuators are idle for good.
+        for event in self.link.undelivered():
+            if isinstance(event, Connected | Disconnected):
+                self._on_link_event(event)
 
     def on_pause(self, paused: bool) -> None:
         """The robot side paused or resumed the robots: running episodes are truncated."""
@@ -252,18 +264,62 @@ class TrainMode:
         paused = robot.paused
         for io in robot.envs:
             i = io.index
+            if not (paused or stale[i]) and self._replaced(i):
+                self._replace_step(i, now_ns, now_s, stamp)
+                continue
             action = None if paused or stale[i] else self.rollout.take_step(i)
             if action is not None:
+                self._last_by_person[i] = False
                 self._observe_step(i, now_ns, robot.publish(i, action, stamp))
                 steps.started(i, now_s)
-            elif not (paused or stale[i]) and (
+            elif not (paused or stale[i] or self._last_by_person[i]) and (
                 steps.awaiting_answer(i) or (self.rollout.step_in_flight(i) and not steps.due(i, now_s))
             ):
                 pass  # its next chunk's first step is on its way, or that step is still running: keep the command
             else:
+                self._last_by_person[i] = False
                 sent = robot.idle(i, stamp)
                 if self.observer is not None:
-                    self.observer.step(i, now_ns, None, sent)
+                    self.observer.step(i, now_ns, None, sent, None, self._intervention(False, False))
+
+    def _replaced(self, env: int) -> bool:
+        """A person commands ``env``, or its device went silent while held, or the person let go and no chunk
+        computed since has arrived: the policy's chunk must not run."""
+        return self.robot.people is not None and (
+            self.robot.control(env) is not Control.POLICY or not self.rollout.policy_may_act(env)
+        )
+
+    def _replace_step(self, env: int, now_ns: int, now_s: float, stamp: Any) -> None:
+        """Timer mode, the policy's chunk replaced: the person's command goes out (through the same shaping and
+        limits), else the idle behaviour. A chunk step due now runs it and is fed back with what it executed; a
+        chunk the policy may no longer run ends after it."""
+        robot, rollout = self.robot, self.rollout
+        command = robot.person_command(env) if robot.control(env) is Control.PERSON else None
+        if command is not None and rollout.step_in_flight(env) and not self._steps.due(env, now_s):
+            return  # the person's step is still running: keep its command
+        action = rollout.take_step(env)
+        if command is not None:
+            sent = robot.publish(env, command, stamp)
+            rollout.person_moved(env)
+        else:
+            sent = robot.idle(env, stamp)
+            rollout.cut(env)
+        person = command is not None
+        self._last_by_person[env] = person
+        intervention = self._intervention(person, True, command)
+        if action is None:
+            if self.observer is not None:
+                self.observer.step(env, now_ns, None, sent, None, intervention)
+            return
+        rollout.replaced(env, robot.executed(env, action, sent), person=person)
+        self._steps.started(env, now_s)
+        self._observe_step(env, now_ns, sent, intervention)
+
+    def _intervention(
+        self, person: bool, replaced: bool, command: np.ndarray | None = None
+    ) -> tuple[bool, bool, np.ndarray | None] | None:
+        """What the recorder hears of a step with a person in the loop (None without one)."""
+        return None if self.robot.people is None else (person, replaced, command)
 
     def _start_chunks(self, envs: Sequence[int]) -> None:
         """Timer mode: a new chunk's first step goes out the moment the chunk arrives, not at the next tick."""
@@ -276,6 +332,10 @@ class TrainMode:
         for i in envs:
             if robot.envs[i].stale_sources(now_ns):
                 continue  # the next tick idles it
+            if self._replaced(i):
+                self._replace_step(i, now_ns, now_ns * 1e-9, stamp)
+                continue
+            self._last_by_person[i] = False
             action = self.rollout.take_step(i)
             if action is not None:
                 self._observe_step(i, now_ns, robot.publish(i, action, stamp))
@@ -339,9 +399,19 @@ class TrainMode:
 
     # -- observing (the recorder hears every transition; it never steers) ------
 
-    def _observe_step(self, env: int, now_ns: int, sent: dict[str, np.ndarray | None]) -> None:
+    def _observe_step(
+        self,
+        env: int,
+        now_ns: int,
+        sent: dict[str, np.ndarray | None],
+        intervention: tuple[bool, bool, np.ndarray | None] | None = None,
+    ) -> None:
+        """A chunk step went out (``intervention``: with a person in the loop, who commanded it; default: the
+        policy)."""
         if self.observer is not None:
-            self.observer.step(env, now_ns, self.rollout.envs[env].next_step - 1, sent)
+            if intervention is None:
+                intervention = self._intervention(False, False)
+            self.observer.step(env, now_ns, self.rollout.envs[env].next_step - 1, sent, None, intervention)
 
     def _observe_chunks(self, envs: Sequence[int]) -> None:
         assert self.observer is not None

@@ -21,6 +21,7 @@ from rclpy.node import Node
 from plugrl_ros.protocol.client import ClientSettings, CloseKind, Event, TrainerClient
 from plugrl_ros.protocol.connection import Outgoing
 from plugrl_ros.ros.wakeup import Wakeup
+from plugrl_ros.thread_guard import Crash, guarded
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,9 @@ class TrainerLink:
         settings: ClientSettings,
         on_event: Callable[[LinkEvent], None],
         callback_group: object,
+        on_crash: Callable[[Crash], None],
     ) -> None:
+        """``on_crash`` hears, on the link thread, an error nobody expected that ended it (see :mod:`thread_guard`)."""
         self._on_event = on_event
         self._events: deque[LinkEvent] = deque()
         self._wakeup = Wakeup(node, self._deliver, callback_group, _FALLBACK_DRAIN_S)
@@ -54,7 +57,8 @@ class TrainerLink:
         # asyncio primitives bind to a loop on first use, so the client may be
         # built here and run on the link thread.
         self._client = TrainerClient(settings, self._emit)
-        self._thread = threading.Thread(target=self._run, name="plugrl-trainer-link", daemon=True)
+        run = guarded(self._run, "trainer link", on_crash)
+        self._thread = threading.Thread(target=run, name="plugrl-trainer-link", daemon=True)
 
     @property
     def client(self) -> TrainerClient:
@@ -79,6 +83,17 @@ class TrainerLink:
     def _deliver(self) -> None:
         while self._events:
             self._on_event(self._events.popleft())
+
+    def undelivered(self) -> list[LinkEvent]:
+        """The events the executor has not delivered, oldest first, taken from the queue.
+
+        After :meth:`join` at shutdown the executor no longer spins, so the link's last events (its close)
+        would never reach ``on_event`` otherwise.
+        """
+        events = []
+        while self._events:
+            events.append(self._events.popleft())
+        return events
 
     def _call(self, fn: Callable[..., object], *args: object) -> None:
         if self._loop.is_closed():

@@ -16,6 +16,7 @@ client reconnects with backoff, as after any lost connection.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -23,12 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed
 
 from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.client import (
     CLOSE_NORMAL,
     CLOSE_PROTOCOL_ERROR,
+    CONNECTION_FAULTS,
     ClientSettings,
     ConnectFailed,
     Notice,
@@ -36,7 +38,7 @@ from plugrl_ros.protocol.client import (
     close_frame,
     connect_options,
     describe,
-    is_loopback,
+    plain_link_warning,
     set_tcp_timeout,
 )
 from plugrl_ros.protocol.errors import ProtocolError
@@ -160,15 +162,15 @@ class PolicyClient:
 
     async def run(self) -> None:
         """Connect, serve, reconnect with backoff, until :meth:`stop`."""
-        uri = self._settings.uri
-        if uri.startswith("ws://") and not is_loopback(uri):
-            self._emit(Notice(f"{uri} is plain ws:// to another host: the link is unauthenticated and unencrypted"))
+        warning = plain_link_warning(self._settings, os.environ)
+        if warning is not None:
+            self._emit(Notice(warning))
         while not self._stopping.is_set():
             try:
                 ws = await self._connect()
                 if ws is None:
                     return
-            except (OSError, InvalidHandshake, InvalidURI, asyncio.TimeoutError) as exc:
+            except CONNECTION_FAULTS as exc:
                 delay = self._backoff.next_delay()
                 self._emit(ConnectFailed(describe(exc), delay))
                 await self._sleep(delay)
@@ -178,7 +180,11 @@ class PolicyClient:
             self._session = PolicySession(self._expect)
             self._abort_detail = None
             self._commands = asyncio.Queue()
-            detail, code = await self._serve(ws)
+            try:
+                detail, code = await self._serve(ws)
+            except CONNECTION_FAULTS as exc:
+                # a connection may fail at any point (a reset while closing, a frame cut off): it is lost
+                detail, code = f"{close_detail(ws)} ({describe(exc)})", None
             answered = self._session.answers > 0
             self._session.closed()
             self._emit(PolicyDisconnected(self._epoch, detail, code))

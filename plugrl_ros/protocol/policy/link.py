@@ -21,14 +21,20 @@ from typing import Any
 from plugrl_ros.protocol.client import ClientSettings
 from plugrl_ros.protocol.policy.client import Event, PolicyClient
 from plugrl_ros.protocol.policy.session import Expectation
+from plugrl_ros.thread_guard import Crash, guarded, log_crash
 
 
 class PolicyLinks:
     """One connection per robot: robot ``i`` connects as ``settings[i]`` says and expects ``expectations[i]``."""
 
     def __init__(
-        self, settings: Sequence[ClientSettings], expectations: Sequence[Expectation], wake: Callable[[], None]
+        self,
+        settings: Sequence[ClientSettings],
+        expectations: Sequence[Expectation],
+        wake: Callable[[], None],
+        on_crash: Callable[[Crash], None] = log_crash,
     ) -> None:
+        """``on_crash`` hears, on the link thread, an error nobody expected that ended it (see :mod:`thread_guard`)."""
         assert expectations and len(settings) == len(expectations), "one ClientSettings and Expectation per robot"
         self._wake = wake
         self._events: deque[tuple[int, Event]] = deque()
@@ -38,7 +44,8 @@ class PolicyLinks:
             PolicyClient(link, expect, lambda event, robot=robot: self._emit(robot, event))
             for robot, (link, expect) in enumerate(zip(settings, expectations, strict=True))
         ]
-        self._thread = threading.Thread(target=self._run, name="plugrl-policy-links", daemon=True)
+        run = guarded(self._run, "policy link", on_crash)
+        self._thread = threading.Thread(target=run, name="plugrl-policy-links", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -46,10 +53,35 @@ class PolicyLinks:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:
-            self._loop.run_until_complete(asyncio.gather(*(client.run() for client in self._clients)))
+            self._loop.run_until_complete(self._run_clients())
         finally:
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
+
+    async def _run_clients(self) -> None:
+        """Each robot's client as a task of its own, until every one has stopped.
+
+        A client ends only when stopped: every way a connection can fail is a
+        lost connection it reconnects from, for its robot alone. An error that
+        escapes one is a bug, and ends the thread (then the process) with the
+        robot named, rather than leave the other robots driven by a half-dead link.
+        """
+        tasks = [asyncio.ensure_future(self._run_client(robot, c)) for robot, c in enumerate(self._clients)]
+        try:
+            for finished in asyncio.as_completed(tasks):
+                await finished
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    @staticmethod
+    async def _run_client(robot: int, client: PolicyClient) -> None:
+        try:
+            await client.run()
+        except Exception as exc:
+            exc.add_note(f"(in robot {robot}'s policy client)")
+            raise
 
     def _emit(self, robot: int, event: Event) -> None:
         self._events.append((robot, event))

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from collections.abc import Sequence
 
 from plugrl_ros import stop_request
 from plugrl_ros.protocol.messages import REUSE_FEEDBACK_OBS
+from plugrl_ros.protocol.server_auth import AccessError
+from plugrl_ros.tools.serving import add_access_options
 from plugrl_ros.tools.test_trainer.server import TestTrainer
 from plugrl_ros.tools.test_trainer.settings import ENDINGS, TrainerSettings
 
@@ -40,8 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", type=float, default=d.grace_s)
     p.add_argument("--reconnect-window", type=float, default=d.reconnect_window_s)
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (exit code 2)")
-    p.add_argument("--tls-cert", default="", help="PEM certificate (chain) to serve wss:// instead of ws://")
-    p.add_argument("--tls-key", default="", help="PEM private key for --tls-cert (if not in the same file)")
+    add_access_options(p)
     return p
 
 
@@ -57,6 +59,9 @@ async def _run_cli(settings: TrainerSettings, timeout: float | None) -> int:
     trainer = TestTrainer(settings)
     try:
         port = await trainer.start()
+    except AccessError as exc:
+        print(f"plugrl-test-trainer: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"plugrl-test-trainer: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
         return 2
@@ -103,8 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             reconnect_window_s=args.reconnect_window,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
+            api_key_env=args.api_key_env,
         )
     except ValueError as exc:
         parser.error(str(exc))
     stop_request.install()
+    logging.basicConfig(level=logging.INFO, format="[plugrl-test-trainer] %(message)s")  # access, refusals
+    logging.getLogger("websockets").setLevel(logging.WARNING)
     return asyncio.run(_run_cli(settings, args.timeout))

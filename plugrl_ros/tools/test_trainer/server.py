@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import ssl
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +27,8 @@ from plugrl_ros.tools.test_trainer.exchange import Exchange, close_text
 from plugrl_ros.tools.test_trainer.report import Recorder, Report
 from plugrl_ros.tools.test_trainer.settings import CLOSE_ENDINGS, RECONNECT_ENDINGS, TrainerSettings
 from plugrl_ros.tools.test_trainer.wire_checks import check_compression, describe_frame, text_ending
+
+log = logging.getLogger("plugrl_ros.test_trainer")
 
 _ONE_MIB = 1 << 20
 # A client speaking first, sending garbage, or losing its place in the
@@ -100,12 +102,13 @@ class TestTrainer:
         """Start listening; returns the port (useful with port 0)."""
         assert self._server is None, "start() was already called"
         self._arrivals = asyncio.Queue()
-        tls = None
-        if self.settings.tls_cert:
-            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            tls.load_cert_chain(self.settings.tls_cert, self.settings.tls_key or None)
         self._server = await serve_trainer(
-            self._handle, self.settings.host, self.settings.port, close_timeout=_CLOSE_TIMEOUT_S, tls=tls
+            self._handle,
+            self.settings.host,
+            self.settings.port,
+            close_timeout=_CLOSE_TIMEOUT_S,
+            access=self.settings.access,
+            logger=log,
         )
         port = next(iter(self._server.sockets)).getsockname()[1]
         self._driver = asyncio.ensure_future(self._drive())

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from plugrl_ros.protocol.client import RESYNC_REASON, STOP_REASON
+from plugrl_ros.protocol.server_auth import DEFAULT_API_KEY_ENV, ServerAccess
 
 # Endings that close with a code and reason, as the PlugRL server does (docs/protocol.md, Closing).
 CLOSE_ENDINGS: dict[str, tuple[int, str]] = {
@@ -45,13 +46,18 @@ class TrainerSettings:
     feedback_timeout_s: float = 0.0
     tls_cert: str = ""  # PEM certificate chain: serve wss:// (with tls_key)
     tls_key: str = ""
+    api_key_env: str = DEFAULT_API_KEY_ENV  # the variable holding the key clients must send (docs/security.md)
     # keep every message received and every action sent (the report's transcript): for tests that
     # compare what the trainer saw with what a client recorded; off by default, a long run's memory grows
     keep_transcript: bool = False
 
     @property
     def scheme(self) -> str:
-        return "wss" if self.tls_cert else "ws"
+        return self.access.scheme
+
+    @property
+    def access(self) -> ServerAccess:
+        return ServerAccess(api_key_env=self.api_key_env, tls_cert=self.tls_cert, tls_key=self.tls_key)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "script", tuple(self.script))

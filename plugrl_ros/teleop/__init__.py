@@ -1,0 +1,1 @@
+"""Teleop mode: a person drives the robots, recorded as demonstrations."""

@@ -1,0 +1,34 @@
+"""The RLlib benchmark still runs: a tiny SAC run through RLlib's own runner and through the gym robot, the
+bridge and the PlugRL runner prints its table and saves both paths' results (no timing or return is asserted:
+benchmarks are for measuring, bench/README.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("gymnasium")
+pytest.importorskip("ray.rllib")
+
+from test_bench_smoke import run
+
+pytestmark = [pytest.mark.rllib, pytest.mark.gym, pytest.mark.ros, pytest.mark.slow]
+
+
+def test_sac_runs_through_rllibs_own_runner_and_through_ros_and_the_table_compares_them(tmp_path):
+    results = tmp_path / "rllib.json"
+    plot = tmp_path / "sac.png"
+    out = run("bench_rllib.py", "--quick", "--part", "sac", "--json", str(results), "--plot", str(plot), timeout=420)
+    assert "| env steps | RLlib's own runner: return (mean ± std) | through ROS: return (mean ± std) |" in out
+    saved = json.loads(results.read_text())
+    assert saved["benchmark"] == "rllib"
+    sac = saved["sac"]
+    assert sac["steps"] == 300 and sac["seeds"] == [0]
+    for path in ("own", "ros"):
+        # each path ran its 300 env steps (one 200-step Pendulum episode ended in them) and reported a return
+        ((ret,),) = sac["returns"][path]
+        assert -2000.0 < ret < 0.0, (path, ret)
+        ((figures,),) = [sac["per_step"][path]]
+        assert figures["steps"] > 0 and figures["wall"] > 0
+    assert plot.stat().st_size > 10_000

@@ -1,0 +1,440 @@
+"""Every shipped server refuses a handshake without its API key (HTTP 401, before any metadata) and serves wss://.
+
+The servers run as the processes a user starts (``plugrl-test-trainer``,
+``plugrl-test-policy-server``, ``plugrl-demo-trainer``); the RLlib runner's
+share is in test_rllib_auth.py. The bridge's side (the key sent, the server's
+certificate verified, the warning for a key over plain ``ws://``) is at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import secrets
+import signal
+import ssl
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trustme
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from plugrl_ros import executables
+from plugrl_ros.protocol import codec
+from plugrl_ros.protocol.client import ClientSettings, ConnectFailed, Notice, TrainerClient, plain_link_warning
+from plugrl_ros.protocol.policy.client import ChunkReceived, PolicyClient, PolicyConnected
+from plugrl_ros.protocol.policy.session import Expectation
+from plugrl_ros.protocol.server_auth import AccessError, RefusalLog, ServerAccess
+from plugrl_ros.tools.headless_probe import HeadlessProbe, HeadlessSettings
+from plugrl_ros.tools.test_policy_server import PolicyServerSettings, TestPolicyServer
+from plugrl_ros.tools.test_trainer import TestTrainer, TrainerSettings
+
+pytestmark = [pytest.mark.websockets]
+
+KEY_ENV = "PLUGRL_TEST_SERVER_KEY"
+WAIT_S = 30.0  # a hang guard, not a timing claim
+
+
+@dataclass(frozen=True)
+class Tls:
+    server_pem: Path  # certificate chain and private key, for localhost and 127.0.0.1
+    ca_pem: Path  # the CA that signed it
+    other_ca_pem: Path  # a CA that did not
+
+
+@pytest.fixture
+def tls(tmp_path: Path) -> Tls:
+    ca = trustme.CA()
+    ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    trustme.CA().cert_pem.write_to_path(str(tmp_path / "other-ca.pem"))
+    return Tls(tmp_path / "server.pem", tmp_path / "ca.pem", tmp_path / "other-ca.pem")
+
+
+# -- the pieces every server shares ----------------------------------------------------------
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.texts.append(record.getMessage())
+
+
+def test_refusals_are_logged_once_per_peer_per_interval_with_the_count_held_back():
+    now = [100.0]
+    logger = logging.getLogger("plugrl_ros.test.refusals")
+    records = _Records()
+    logger.addHandler(records)
+    try:
+        refusals = RefusalLog(logger, quiet_s=60.0, clock=lambda: now[0])
+        assert refusals.refused("192.0.2.7", "wrong API key")
+        for _ in range(5):
+            now[0] += 1.0
+            assert not refusals.refused("192.0.2.7", "wrong API key")  # the same peer, within the interval
+        assert refusals.refused("192.0.2.8", "no API key")  # another peer is reported at once
+        now[0] += 60.0
+        assert refusals.refused("192.0.2.7", "no API key")
+    finally:
+        logger.removeHandler(records)
+    assert len(records.texts) == 3, records.texts
+    assert "192.0.2.7" in records.texts[0] and "wrong API key" in records.texts[0]
+    assert "192.0.2.8" in records.texts[1]
+    assert "5 more refused" in records.texts[2]
+
+
+def test_a_named_key_variable_that_is_unset_is_refused_and_the_default_one_leaves_the_server_open(monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    monkeypatch.delenv("PLUGRL_API_KEY", raising=False)
+    with pytest.raises(AccessError, match=f"api_key_env: got '{KEY_ENV}'; the environment variable {KEY_ENV} is not"):
+        ServerAccess(api_key_env=KEY_ENV).api_key({})
+    assert ServerAccess().api_key({}) is None
+    assert ServerAccess().api_key({"PLUGRL_API_KEY": "k"}) == "k"
+    assert ServerAccess(api_key_env="").api_key({"PLUGRL_API_KEY": "k"}) is None
+    level, text = ServerAccess().describe({}, "0.0.0.0")
+    assert level == logging.WARNING and "WITHOUT an API key" in text
+    level, text = ServerAccess(api_key_env=KEY_ENV).describe({KEY_ENV: "sesame"}, "0.0.0.0")
+    assert level == logging.INFO and f"${KEY_ENV}" in text and "sesame" not in text
+
+
+def test_a_certificate_that_does_not_load_is_named(tmp_path):
+    (tmp_path / "not-a-cert.pem").write_text("hello\n")
+    with pytest.raises(AccessError, match=r"tls_cert: cannot load '.*not-a-cert.pem' as a PEM certificate"):
+        ServerAccess(tls_cert=str(tmp_path / "not-a-cert.pem")).tls_context()
+    with pytest.raises(AccessError, match=r"tls_key: got 'k\.pem' without tls_cert"):
+        ServerAccess(tls_key="k.pem").tls_context()
+
+
+# -- each shipped server, as the process a user starts ----------------------------------------
+
+
+async def _trainer_exchange(ws) -> None:
+    """One infer answered by an action, then a feedback: what every trainer here must serve."""
+    n = 2
+    observation = {
+        "images": {},
+        "states": {"obs": np.zeros((n, 3), np.float32)},
+        "text": np.asarray(["auth"] * n),
+    }
+    infer = {
+        "message_type": "infer",
+        "data": observation,
+        "env_indices": np.arange(n, dtype="<i8"),
+        "step_ids": np.zeros(n, "<i8"),
+    }
+    await ws.send(codec.packb(infer))
+    action = codec.unpackb(await asyncio.wait_for(ws.recv(), WAIT_S))
+    assert action["message_type"] == "action", action
+    assert action["data"]["action"].shape[1] == n
+    data = {
+        "obs": observation,
+        "rewards": np.ones(n, "<f4"),
+        "terminated": np.zeros(n, bool),
+        "truncated": np.zeros(n, bool),
+        "info": {},
+    }
+    feedback = {"message_type": "feedback", "env_indices": np.arange(n, dtype="<i8"), "step_ids": np.zeros(n, "<i8")}
+    await ws.send(codec.packb({**feedback, "data": data}))
+
+
+async def _policy_exchange(ws) -> None:
+    await ws.send(codec.packb({"observation/state": np.asarray([7.0], np.float32)}))
+    answer = codec.unpackb(await asyncio.wait_for(ws.recv(), WAIT_S))
+    assert answer["actions"].shape == (10, 4), answer
+
+
+SERVERS = {
+    "test-trainer": ("plugrl_ros.tools.test_trainer", ("--no-probe", "--script", "stop", "--metadata-delay", "0")),
+    "test-policy-server": ("plugrl_ros.tools.test_policy_server", ()),
+    "demo-trainer": ("plugrl_ros.demo.trainer", ("--duration", "600", "--horizon", "3", "--action-dim", "2")),
+}
+EXCHANGES = {
+    "test-trainer": _trainer_exchange,
+    "test-policy-server": _policy_exchange,
+    "demo-trainer": _trainer_exchange,
+}
+
+
+@pytest.fixture
+def key(monkeypatch) -> str:
+    secret = "plugrl-" + secrets.token_hex(16)
+    monkeypatch.setenv(KEY_ENV, secret)
+    return secret
+
+
+@pytest.fixture(params=["ws", "wss"])
+def scheme(request) -> str:
+    return request.param
+
+
+@pytest.fixture(params=sorted(SERVERS))
+def server(request, key: str, scheme: str, tls: Tls) -> Iterator[Server]:
+    """One shipped server, listening with the key (and TLS for wss)."""
+    module, args = SERVERS[request.param]
+    tls_args = ("--tls-cert", str(tls.server_pem)) if scheme == "wss" else ()
+    command = executables.command(
+        module, "--host", "127.0.0.1", "--port", "0", "--api-key-env", KEY_ENV, *args, *tls_args
+    )
+    child = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    seen: list[str] = []
+    running = Server(request.param, "", child, seen)
+    try:
+        for line in child.stdout:  # ends when the child does: it prints this line once it listens
+            seen.append(line)
+            found = re.search(r"listening on (wss?)://\S+?:(\d+)", line)
+            if found:
+                assert found.group(1) == scheme, line
+                running.uri = f"{scheme}://localhost:{found.group(2)}"
+                break
+        else:
+            raise AssertionError(f"{module} did not start:\n{''.join(seen)}")
+        yield running
+    finally:
+        running.finish()
+
+
+@dataclass
+class Server:
+    name: str
+    uri: str
+    child: subprocess.Popen
+    output: list[str]
+
+    def finish(self) -> str:
+        """Stop the server as Ctrl-C does; all it printed."""
+        if self.child.poll() is None:
+            self.child.send_signal(signal.SIGINT)
+        try:
+            rest, _ = self.child.communicate(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            rest, _ = self.child.communicate()
+        self.output.append(rest or "")
+        return "".join(self.output)
+
+
+async def _open(uri: str, ca: Path | None, key: str | None):
+    headers = {"Authorization": f"Api-Key {key}"} if key is not None else None
+    context = ssl.create_default_context(cafile=str(ca)) if uri.startswith("wss://") else None
+    return await connect(uri, compression=None, max_size=None, additional_headers=headers, ssl=context)
+
+
+def _refused_with_401(uri: str, ca: Path, key: str | None) -> str:
+    async def attempt() -> str:
+        with pytest.raises(InvalidStatus) as refused:
+            await asyncio.wait_for(_open(uri, ca, key), WAIT_S)
+        assert refused.value.response.status_code == 401
+        return refused.value.response.body.decode()
+
+    return asyncio.run(attempt())
+
+
+def test_every_shipped_server_refuses_a_missing_or_wrong_key_with_401_and_serves_the_right_one(server, key, tls):
+    body = _refused_with_401(server.uri, tls.ca_pem, None)
+    assert "Api-Key" in body  # the refusal says what is missing, and nothing else
+    _refused_with_401(server.uri, tls.ca_pem, "not-" + key)
+    _refused_with_401(server.uri, tls.ca_pem, key + "x")  # a key that starts right is still wrong
+
+    async def served() -> None:
+        ws = await asyncio.wait_for(_open(server.uri, tls.ca_pem, key), WAIT_S)
+        try:
+            metadata = codec.unpackb(await asyncio.wait_for(ws.recv(), WAIT_S))
+            assert isinstance(metadata, dict) and metadata, metadata
+            await EXCHANGES[server.name](ws)
+        finally:
+            await ws.close()
+
+    asyncio.run(served())
+    output = server.finish()
+    assert key not in output  # the key appears nowhere in what the server says
+    refusals = [line for line in output.splitlines() if "refused a connection from 127.0.0.1" in line]
+    # three refusals from one peer within a minute: the first is logged, the rest are held back
+    assert len(refusals) == 1 and "no API key" in refusals[0], output
+    assert f"${KEY_ENV}" in output  # it said at startup which variable holds the key
+
+
+def test_a_server_whose_key_variable_is_unset_does_not_start_and_says_which_variable(monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    for module, args in SERVERS.values():
+        command = executables.command(module, "--port", "0", "--api-key-env", KEY_ENV, *args)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=WAIT_S, check=False)
+        assert done.returncode == 2, (module, done.stdout, done.stderr)
+        assert f"the environment variable {KEY_ENV} is not set" in done.stderr, (module, done.stderr)
+        assert "Traceback" not in done.stderr
+
+
+# -- the bridge's side ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["ws", "wss"])
+def test_the_bridge_link_connects_with_the_right_key_over_ws_and_over_wss_with_a_private_ca(scheme, key, tls):
+    async def scenario():
+        settings = TrainerSettings(
+            port=0,
+            script=("resync", "stop"),
+            feedbacks_per_connection=5,
+            api_key_env=KEY_ENV,
+            tls_cert=str(tls.server_pem) if scheme == "wss" else "",
+        )
+        trainer = TestTrainer(settings)
+        port = await trainer.start()
+        client = ClientSettings(
+            uri=f"{scheme}://localhost:{port}", api_key_env=KEY_ENV, ca_file=str(tls.ca_pem), reconnect_initial_s=0.05
+        )
+        code = await asyncio.wait_for(HeadlessProbe(HeadlessSettings(client, n_envs=2)).run(), WAIT_S)
+        return code, await trainer.finished(WAIT_S)
+
+    code, report = asyncio.run(scenario())
+    assert code == 0
+    assert report.failed == 0 and report.connections == 2, report.text()
+
+
+@pytest.mark.parametrize(
+    ("ca", "api_key_env", "expected"),
+    [
+        pytest.param("other", KEY_ENV, "CERTIFICATE_VERIFY_FAILED", id="wrong-ca"),
+        pytest.param("right", "", "HTTP 401", id="no-key"),
+    ],
+)
+def test_a_refused_connection_says_why_and_what_to_set(ca, api_key_env, expected, key, tls):
+    async def scenario():
+        trainer = TestTrainer(
+            TrainerSettings(port=0, script=("stop",), api_key_env=KEY_ENV, tls_cert=str(tls.server_pem))
+        )
+        port = await trainer.start()
+        failures: list[ConnectFailed] = []
+
+        def on_event(event):
+            if isinstance(event, ConnectFailed):
+                failures.append(event)
+                client.stop()
+
+        settings = ClientSettings(
+            uri=f"wss://localhost:{port}",
+            api_key_env=api_key_env,
+            ca_file=str(tls.ca_pem if ca == "right" else tls.other_ca_pem),
+        )
+        client = TrainerClient(settings, on_event)
+        await asyncio.wait_for(client.run(), WAIT_S)
+        with pytest.raises(asyncio.TimeoutError):
+            await trainer.finished(0.2)  # no client ever got past the handshake: the script never ran
+        return failures, trainer.report
+
+    failures, report = asyncio.run(scenario())
+    assert report.connections == 0
+    assert expected in failures[0].detail, failures
+    hint = "ca_file" if ca == "other" else "api_key_env"
+    assert hint in failures[0].detail, failures
+
+
+@pytest.mark.parametrize(
+    ("uri", "key_set", "expected"),
+    [
+        ("ws://192.0.2.1:9", True, f"the API key from ${KEY_ENV} would be sent in clear text"),
+        ("ws://192.0.2.1:9", False, "unauthenticated and unencrypted"),
+        ("ws://127.0.0.1:9", True, None),
+        ("wss://192.0.2.1:9", True, None),
+    ],
+)
+def test_a_key_bound_for_plain_ws_to_another_host_is_warned_about_naming_its_variable(uri, key_set, expected, key):
+    environ = {KEY_ENV: key} if key_set else {}
+    warning = plain_link_warning(ClientSettings(uri=uri, api_key_env=KEY_ENV), environ)
+    if expected is None:
+        assert warning is None
+    else:
+        assert warning is not None and expected in warning and key not in warning
+
+
+def test_the_client_warns_once_at_startup_about_a_key_over_plain_ws(key):
+    notices: list[Notice] = []
+    failures: list[ConnectFailed] = []
+
+    async def scenario():
+        def on_event(event):
+            if isinstance(event, Notice):
+                notices.append(event)
+            elif isinstance(event, ConnectFailed):
+                failures.append(event)
+                if len(failures) >= 3:
+                    client.stop()
+
+        settings = ClientSettings(
+            uri="ws://192.0.2.1:9",
+            api_key_env=KEY_ENV,
+            reconnect_initial_s=0.01,
+            reconnect_max_s=0.02,
+            open_timeout_s=0.2,
+        )
+        client = TrainerClient(settings, on_event)
+        await asyncio.wait_for(client.run(), WAIT_S)
+
+    asyncio.run(scenario())
+    assert len(failures) >= 3  # it kept trying ...
+    assert len(notices) == 1 and f"${KEY_ENV}" in notices[0].text  # ... and warned once, naming the variable
+    assert key not in notices[0].text
+
+
+@pytest.mark.parametrize(
+    ("ca", "api_key_env", "refusal"),
+    [
+        pytest.param("right", KEY_ENV, None, id="right-key-and-ca"),
+        pytest.param("other", KEY_ENV, "CERTIFICATE_VERIFY_FAILED", id="wrong-ca"),
+        pytest.param("right", "", "HTTP 401", id="no-key"),
+    ],
+)
+def test_the_deploy_link_reaches_a_policy_server_with_its_key_over_wss_or_says_why_not(
+    ca, api_key_env, refusal, key, tls
+):
+    async def scenario():
+        server = TestPolicyServer(PolicyServerSettings(api_key_env=KEY_ENV, tls_cert=str(tls.server_pem)))
+        port = await server.start()
+        events: list = []
+        done = asyncio.Event()
+
+        def on_event(event) -> None:
+            events.append(event)
+            if isinstance(event, PolicyConnected):
+                client.request(event.epoch, {"observation/state": np.asarray([3.0])})
+            elif isinstance(event, (ChunkReceived, ConnectFailed)):
+                done.set()
+
+        settings = ClientSettings(
+            uri=f"wss://localhost:{port}",
+            api_key_env=api_key_env,
+            ca_file=str(tls.ca_pem if ca == "right" else tls.other_ca_pem),
+            reconnect_initial_s=0.05,
+        )
+        client = PolicyClient(settings, Expectation(), on_event)
+        task = asyncio.ensure_future(client.run())
+        try:
+            await asyncio.wait_for(done.wait(), WAIT_S)
+        finally:
+            client.stop()
+            await asyncio.wait_for(task, WAIT_S)
+            await server.close()
+        return events, server.seen
+
+    events, seen = asyncio.run(scenario())
+    if refusal is None:
+        chunk = next(e for e in events if isinstance(e, ChunkReceived))
+        assert chunk.chunk.actions.shape == (10, 4)
+        assert seen.answers == 1
+    else:
+        failed = next(e for e in events if isinstance(e, ConnectFailed))
+        assert refusal in failed.detail and ("ca_file" if ca == "other" else "api_key_env") in failed.detail
+        assert seen.connections == 0 and seen.answers == 0  # nothing was served before the refusal
