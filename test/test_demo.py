@@ -384,6 +384,15 @@ def test_demo_script_runs_learns_and_writes_its_results(tmp_path: Path):
     assert "listening on" in (output / "logs" / "policy_server.log").read_text()
 
 
+def test_an_algorithm_without_the_rllib_trainer_is_refused_naming_both_options(capsys):
+    from plugrl_ros.demo.runner import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["--algorithm", "SAC"])
+    assert refused.value.code == 2
+    assert "--algorithm SAC needs --trainer rllib" in capsys.readouterr().err
+
+
 def test_demo_launch_file_starts_the_three_executables_with_the_demo_config():
     source = (ROOT / "launch" / "demo.launch.py").read_text()
     arguments = launch_arguments(ROOT / "launch" / "demo.launch.py")

@@ -36,6 +36,7 @@ from typing import IO, Any
 from plugrl_ros import executables, stop_request
 from plugrl_ros.demo.learned_policy import LearnedPolicy, learned_policy
 from plugrl_ros.demo.results import NO_PLOT, EpisodeRecord, summarize, write_results
+from plugrl_ros.demo.rllib_trainer import ALGORITHMS, rllib_trainer
 from plugrl_ros.demo.robot_node import namespace
 from plugrl_ros.demo.trainer import RECENT_EPISODES, DemoTrainer, DemoTrainerSettings, TrainerStats
 from plugrl_ros.shipped import shipped_file
@@ -250,6 +251,13 @@ def _parser() -> argparse.ArgumentParser:
         "with plugrl-policy-server --rllib",
     )
     p.add_argument(
+        "--algorithm",
+        choices=ALGORITHMS,
+        default="PPO",
+        help="with --trainer rllib: PPO (default; the robots wait while it learns) or SAC (off-policy: the "
+        "robots keep acting while it learns)",
+    )
+    p.add_argument(
         "--record",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -268,6 +276,8 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         parser.error("--envs must be at least 1")
     if not 0 < args.rate <= 1000:
         parser.error("--rate must be in (0, 1000] Hz")
+    if args.algorithm != "PPO" and args.trainer != "rllib":
+        parser.error(f"--algorithm {args.algorithm} needs --trainer rllib (the demo trainer is its own algorithm)")
 
 
 def bridge_command(args: argparse.Namespace, config: Path, port: int) -> list[str]:
@@ -706,15 +716,10 @@ class DemoRun:
 
 
 def make_trainer(args: argparse.Namespace, settings: DemoTrainerSettings, config: Path) -> TrainerThread[Any]:
-    """The demo's trainer on its thread: the demo trainer, or RLlib PPO through a PlugRL EnvRunner."""
+    """The demo's trainer on its thread: the demo trainer, or RLlib PPO or SAC through a PlugRL EnvRunner."""
     if args.trainer == "rllib":
-        from plugrl_ros.rllib.demo import RLlibDemoTrainer, demo_config  # the rllib extra, only when asked for
-
-        def make_config() -> Any:
-            return demo_config(config, port=0, seed=args.seed)
-
         checkpoint = Path(args.output) / "rllib_checkpoint"  # what the deploy step serves
-        return TrainerThread(RLlibDemoTrainer(make_config, args.duration, checkpoint), name="plugrl-demo-rllib")
+        return rllib_trainer(args.algorithm, config, args.duration, args.seed, checkpoint)
     return TrainerThread(DemoTrainer(settings), name="plugrl-demo-trainer")
 
 

@@ -92,7 +92,7 @@ def demo_config(params_file: str | Path, *, port: int, seed: int = 0, host: str 
 
 
 class RLlibDemoTrainer:
-    """PPO with a PlugRL runner, as a trainer :class:`~plugrl_ros.tools.serving.TrainerThread` runs.
+    """RLlib (PPO or SAC) with a PlugRL runner, as a trainer :class:`~plugrl_ros.tools.serving.TrainerThread` runs.
 
     The run ends ``duration_s`` after the first bridge connected: the runner
     closes every bridge with ``plugrl-server-stop`` and the iteration under
@@ -189,7 +189,12 @@ class RLlibDemoTrainer:
         self.algo = self._make_config().build_algo()
         self.runner = self.algo.env_runner
         self.horizon = self.runner.chunks.horizon
-        log.info("RLlib %s PPO built; the runner listens on port %d", ray.__version__, self.runner.port)
+        log.info(
+            "RLlib %s %s built; the runner listens on port %d",
+            ray.__version__,
+            type(self.algo).__name__,
+            self.runner.port,
+        )
 
     def _shutdown(self) -> None:
         import ray

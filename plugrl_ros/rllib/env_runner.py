@@ -63,6 +63,7 @@ from plugrl_ros import __version__
 from plugrl_ros.protocol.messages import REUSE_FEEDBACK_OBS
 from plugrl_ros.protocol.server_auth import AccessError
 from plugrl_ros.rllib.chunks import ChunkMapping
+from plugrl_ros.rllib.episode_callbacks import EpisodeCallbacks
 from plugrl_ros.rllib.events import Closed, Connected, Event, FedBack, Inferred
 from plugrl_ros.rllib.inference import PolicyPass
 from plugrl_ros.rllib.link import BridgeServer
@@ -141,6 +142,7 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         self._weights_seq_no = 0
         self._done_episodes_for_metrics: list[SingleAgentEpisode] = []
         self._ongoing_episodes_for_metrics: defaultdict[EpisodeID, list[SingleAgentEpisode]] = defaultdict(list)
+        self._episode_callbacks = EpisodeCallbacks(self, self._callbacks, self._ongoing_episodes_for_metrics)
         self._time_after_sampling: float | None = None
         self.episodes_to_numpy = self.config.episodes_to_numpy
 
@@ -419,7 +421,9 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, Connected):
-            self._links[event.link] = RobotEpisodes(event.link, self.observation_space, self.action_space, self.chunks)
+            self._links[event.link] = RobotEpisodes(
+                event.link, self.observation_space, self.action_space, self.chunks, self._episode_callbacks
+            )
         elif isinstance(event, Inferred):
             if self._answering:
                 self._answer(event)

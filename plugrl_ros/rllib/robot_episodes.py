@@ -8,7 +8,9 @@ weights' sequence number), the chunk's summed reward, the observation after
 the chunk (the terminal one when the episode ended), the flags, and the
 bridge's ``info["episode"]`` on the row that ended it. With a person in the loop the
 action stored is the one executed, and every step's infos say whether it was
-``intervened`` (:mod:`plugrl_ros.rllib.interventions`).
+``intervened`` (:mod:`plugrl_ros.rllib.interventions`). RLlib's
+``on_episode_*`` callbacks are made at the same points as RLlib's own runner
+makes them (:mod:`plugrl_ros.rllib.episode_callbacks`).
 
 A continuing episode's next action is computed from the observation the
 robot is in when it asks. Usually that is its last feedback's: the bridge
@@ -22,6 +24,10 @@ episode's current chunk as a connection close does (not terminated, not
 truncated: RLlib bootstraps its value, and no transition is stored that did
 not happen) and starts a new episode from the fresh row, which the policy
 acts on. The metrics count the two as one episode, as the bridge does.
+The same happens where a robot's episode switches between random actions
+(``sample(random_actions=True)``, an off-policy algorithm's warm-up) and
+the RLModule's: the steps of one RLlib episode always carry the same model
+outputs, which RLlib's replay buffers need to join its chunks.
 
 The protocol forgets every env of a connection when it closes, and so does
 this: steps already fed back stay valid training data and are returned as
@@ -39,6 +45,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 from plugrl_ros.rllib.chunks import ChunkMapping
+from plugrl_ros.rllib.episode_callbacks import EpisodeCallbacks
 from plugrl_ros.rllib.events import FedBack, Inferred, Observation
 from plugrl_ros.rllib.inference import Decision, PolicyPass, Prepared
 from plugrl_ros.rllib.interventions import INTERVENED, executed_action
@@ -52,6 +59,8 @@ class _Robot:
     held: Decision | None = None  # the action it is executing, until its feedback
     # its last feedback's observation as the bridge sent it (the episode's copy may be rewritten by connectors)
     fed_back: Observation | None = None
+    # whether the running episode's actions (in every chunk returned so far) were random; None before its first
+    random_actions: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -75,11 +84,19 @@ class Step:
 class RobotEpisodes:
     """The episodes of one connection's envs."""
 
-    def __init__(self, link: int, observation_space: gym.Space, action_space: gym.Space, chunks: ChunkMapping) -> None:
+    def __init__(
+        self,
+        link: int,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        chunks: ChunkMapping,
+        callbacks: EpisodeCallbacks,
+    ) -> None:
         self.link = link
         self.observation_space = observation_space
         self.action_space = action_space
         self.chunks = chunks
+        self.callbacks = callbacks
         self._robots: dict[int, _Robot] = {}
 
     @property
@@ -90,7 +107,7 @@ class RobotEpisodes:
     def infer(self, event: Inferred, policy: PolicyPass, step: Step) -> tuple[np.ndarray, list[Restart]]:
         """The action chunk ``[H, n, action_dim]`` for the infer's envs, in its order; the episodes it restarted."""
         robots = [self._robots.setdefault(env, _Robot()) for env in event.envs]
-        starting = []
+        starting: list[tuple[int, _Robot]] = []
         restarts = []
         for env, robot in zip(event.envs, robots):
             row = event.rows.get(env)  # None: reused, the feedback's by construction
@@ -98,19 +115,29 @@ class RobotEpisodes:
             if previous is not None and row is not None and not _same(row, robot.fed_back):
                 # the robot moved on since its feedback: never act on the old observation
                 robot.episode = robot.prepared = None
+            elif previous is not None and robot.random_actions not in (None, step.random_actions):
+                # Random actions carry no model outputs (action_logp, action_dist_inputs): RLlib's replay buffers
+                # refuse to join chunks of one episode that differ in them. The episode goes on in a new one
+                # from the same observation, as after a fresh row: the random chunk is bootstrapped.
+                row = row if row is not None else robot.fed_back
+                robot.episode = robot.prepared = None
             if robot.episode is None:
                 # the connection checked that a reused row only ever continues an episode
                 assert row is not None
                 robot.episode = SingleAgentEpisode(
                     observation_space=self.observation_space, action_space=self.action_space
                 )
+                robot.random_actions = None
+                self.callbacks.created(robot.episode, env)
                 robot.episode.add_env_reset(observation=row)
-                starting.append(robot)
+                starting.append((env, robot))
                 if previous is not None:
                     restarts.append(Restart(previous, robot.episode.id_))
             robot.fed_back = None
         if starting:
-            self._prepare(starting, policy, step.explore)
+            self._prepare([robot for _, robot in starting], policy, step.explore)
+            for env, robot in starting:
+                self.callbacks.started(_running(robot), env)
         batches: dict[int, tuple[Prepared, list[_Robot]]] = {}
         for robot in robots:
             assert robot.prepared is not None and robot.held is None, "an env asked twice for one observation"
@@ -122,6 +149,7 @@ class RobotEpisodes:
                 extra = {**decision.extra_model_outputs, WEIGHTS_SEQ_NO: step.weights_seq_no}
                 robot.held = Decision(decision.action, decision.action_for_env, extra)
                 robot.prepared = None
+                robot.random_actions = step.random_actions
         return self.chunks.to_chunk(np.stack([_held(robot).action_for_env for robot in robots])), restarts
 
     def feedback(self, event: FedBack, policy: PolicyPass, explore: bool) -> list[tuple[int, SingleAgentEpisode]]:
@@ -158,9 +186,12 @@ class RobotEpisodes:
         self._prepare(stepped, policy, explore)
         ended = []
         for env, robot in zip(event.envs, stepped):
-            assert robot.episode is not None
-            if robot.episode.is_done:
-                ended.append((env, robot.episode))
+            episode = _running(robot)
+            # RLlib's order: every step's callback, then the end's on the step that ended the episode
+            self.callbacks.stepped(episode, env)
+            if episode.is_done:
+                self.callbacks.ended(episode, env)
+                ended.append((env, episode))
                 robot.episode = robot.prepared = robot.fed_back = None
         return ended
 
@@ -203,6 +234,11 @@ def _same(row: Observation, fed_back: Observation | None) -> bool:
 
 def _copied(row: Observation) -> Observation:
     return {group: {name: array.copy() for name, array in arrays.items()} for group, arrays in row.items()}
+
+
+def _running(robot: _Robot) -> SingleAgentEpisode:
+    assert robot.episode is not None
+    return robot.episode
 
 
 def _held(robot: _Robot) -> Decision:
