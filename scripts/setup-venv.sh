@@ -48,7 +48,7 @@ fi
 python="${PYTHON:-python3}"
 cd "$root"
 # setup.py reads the extras' pins (requirements/gym.txt, rllib.txt) into the package's metadata: hashed always
-hash="$( (cat "requirements/ros-$wheels.txt" requirements/base.txt requirements/dev.txt setup.py \
+hash="$( (cat "requirements/ros-$wheels.txt" requirements/base.txt requirements/dev.txt setup.py plugrl_ros/executables.py \
     requirements/gym.txt requirements/rllib.txt; echo "$extra"; \
     for name in ${extras//,/ }; do cat "requirements/$name.txt"; done) | sha256sum | cut -c1-16)"
 stamp="$venv/.plugrl-ros-setup-$hash"
