@@ -1,7 +1,8 @@
 """Launch the plugrl_ros bridge node with a params file (all behaviour lives in the node).
 
-    ros2 launch plugrl_ros bridge.launch.py config:=my_robot.yaml [server_uri:=ws://host:8000] [mode:=train|deploy]
-        [policy_uri:=ws://host:8000] [namespace:=robot1] [log_level:=debug|info|warn|error|fatal]
+    ros2 launch plugrl_ros bridge.launch.py config:=my_robot.yaml [server_uri:=ws://host:8000]
+        [mode:=train|deploy|teleop] [policy_uri:=ws://host:8000] [namespace:=robot1]
+        [log_level:=debug|info|warn|error|fatal]
 
 ``log_level`` is the bridge's own logger's level (ROS's internals stay at
 info, or at the chosen level when it is quieter than info).
@@ -66,7 +67,7 @@ def generate_launch_description():
                 description="the bridge's params file",
             ),
             DeclareLaunchArgument(
-                "mode", default_value="", description="train or deploy; overrides the params file's mode"
+                "mode", default_value="", description="train, deploy or teleop; overrides the params file's mode"
             ),
             DeclareLaunchArgument("server_uri", default_value="", description="trainer URI; overrides trainer.uri"),
             DeclareLaunchArgument(
