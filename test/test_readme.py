@@ -84,7 +84,11 @@ EXERCISED = {
     "OMP_NUM_THREADS=1 python bench/bench_gym.py --trainer rllib --trainer demo": (
         "mirror: test_gym_bench.py::test_rllib_ppo_learns_from_the_very_same_episodes_on_both_paths"
     ),
-    "scripts/fleet.sh": "mirror: .ci/run (the fleet block runs it, as root, with the rllib stage's venv)",
+    "scripts/fleet.sh": (
+        "not here: root, network namespaces and 10-15 minutes of a Ray cluster (a documented command); its shorter "
+        "scenario is test_rllib_bridge.py::test_a_bridge_at_its_sites_fixed_address_trains_through_a_runner_that_"
+        "ray_restarted_there"
+    ),
     "plugrl-demo --trainer rllib": (
         "mirror: test_rllib_bridge.py::test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge"
     ),
