@@ -53,6 +53,19 @@ def _websocket_tests_are_marked(request: pytest.FixtureRequest, monkeypatch: pyt
     assert not opened, f"this test opened websocket connections ({', '.join(sorted(set(opened)))}): mark it websockets"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _ray_ends_with_its_module() -> Iterator[None]:
+    """A Ray session a test module started (``build_algo`` starts one by itself) ends with that module.
+
+    Otherwise it lives on in the pytest-xdist worker, and the next module's own ``ray.init(...)`` fails
+    ("Maybe you called ray.init twice by accident?"), depending on which worker ran what before it.
+    """
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
 @pytest.fixture
 def robot() -> Iterator[Any]:
     """The fake robot of :class:`harness.Robot`: an rclpy node in this process, closed after the test."""
