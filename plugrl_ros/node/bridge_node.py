@@ -20,6 +20,7 @@ from typing import Any
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
+from rclpy.duration import Duration
 from rclpy.node import Node
 
 from plugrl_ros import __version__
@@ -141,6 +142,10 @@ class BridgeNode(Node):
             entries.append(recording_entry(prefix, self.recorder.status()))
         self._diagnostics.publish(status_array(entries, prefix, self.robot.stamp()))
         self._crash_published = crash is not None
+
+    def flush_diagnostics(self, timeout_s: float = 1.0) -> None:
+        """Wait (1 s at most) until every subscriber has the last status: an exiting process drops unsent ones."""
+        self._diagnostics.wait_for_all_acked(Duration(seconds=timeout_s))
 
     def _log_status(self) -> None:
         if self.robot.waiting_for_clock():

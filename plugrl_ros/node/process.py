@@ -144,6 +144,7 @@ def main(args: list[str] | None = None) -> int:
             node.get_logger().info("interrupted: idling the actuators and closing the link (trainer or policy server)")
         if node.crash is not None:
             node.publish_diagnostics()  # the operator's dashboard shows why the bridge is gone, not just that it is
+            node.flush_diagnostics()
         code = node.exit_code
     except ConfigError as exc:
         print(f"[plugrl_bridge] configuration error: {exc}", file=sys.stderr)
