@@ -85,7 +85,15 @@ def _package_imports() -> tuple[set[str], set[str]]:
 # plugrl_ros subpackages that are pip extras (setup.py extras_require), not robot dependencies
 OPTIONAL_EXTRAS = ("rllib", "gym")
 # an extra's third-party imports -> the requirement in its extras_require entry that brings them
-_EXTRA_REQUIREMENTS = {"rllib": {"ray": "ray[rllib]", "torch": "torch", "gymnasium": "ray[rllib]"}}
+_EXTRA_REQUIREMENTS = {
+    "rllib": {
+        "ray": "ray[rllib]",
+        "torch": "torch",
+        "gymnasium": "ray[rllib]",
+        "pyarrow": "ray[rllib]",
+        "msgpack_numpy": "msgpack-numpy",
+    }
+}
 
 
 def extra_requirements(extra: str) -> list[str]:

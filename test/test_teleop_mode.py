@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 from harness import STATE, bridge, bridge_params, wait_until
 from sensor_msgs.msg import Joy
 from std_msgs.msg import Bool, Float64MultiArray
 
+from plugrl_ros.record.export import main as export
 from plugrl_ros.record.read import array, labelled, read_all
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -74,3 +76,13 @@ def test_a_person_drives_without_trainer_or_policy_and_every_demonstration_step_
     assert {tuple(c) for c in person_commands} <= {(0.5,), (2.0,)}  # as given: the limits apply to what is sent
     assert [e["length"] for e in episodes[:1]] == [40.0]  # max_steps ends the first demonstration (truncated)
     assert any(e["length"] < 40 for e in episodes[1:]), "the robot's terminated flag ends a demonstration"
+
+    # plugrl-export rebuilds the demonstrations: each tick of an episode, what the person commanded
+    assert export([*map(str, files), "--to", "npz", str(tmp_path / "npz")]) == 0
+    exported = [np.load(f) for f in sorted((tmp_path / "npz").glob("env0_*.npz"))]
+    assert len(exported) >= 2 and [int(e["episode_length"]) for e in exported[:1]] == [40]
+    first, second = exported[:2]
+    assert first["step_person"].all() and len(first["step_actions"]) == 40 and first["step_truncated"][-1]
+    assert set(first["step_actions"].ravel()) <= {0.5, 2.0} and first["observations/states/pos"].shape == (40, 1)
+    assert second["step_terminated"][-1] and len(second["step_actions"]) == int(second["episode_length"]) < 40
+    assert float(first["episode_return"]) == pytest.approx(first["step_rewards"].sum())

@@ -11,6 +11,8 @@ Each episode file holds two views of the same run (T steps, K chunks):
 - per step, what the robot did: ``step_actions`` [T, *da] (the chunk row that ran),
   ``commanded/<sink>`` [T, d] (what each actuator was sent after shaping; NaN where it
   published nothing), ``step_rewards``, ``step_terminated``, ``step_truncated``, ``step_t_ns`` [T];
+  with a person in the loop who commanded some steps, ``step_person`` [T] and ``step_person_command``
+  [T, *da] (the person's command in action units; NaN where the policy's chunk ran);
 
 and ``env``, ``episode_return``, ``episode_length``, ``success``, and ``complete`` (false if
 the recorder dropped calls while the episode ran). Idle ticks (no action available) are not
@@ -18,7 +20,12 @@ steps of the episode. Episodes still running when the recording ends are not exp
 
 That is a train-mode recording; a deploy-mode one (no feedback, chunks blended
 or cut short by the next) is rebuilt by :mod:`plugrl_ros.record.deploy_export`,
+a teleop-mode one (a person's demonstrations) by :mod:`plugrl_ros.record.teleop_export`,
 chosen from the configuration recorded at the start.
+
+``--to rllib OUT --config robot.yaml`` writes the episodes of a train or teleop
+recording as RLlib's offline data instead (:mod:`plugrl_ros.rllib.offline`;
+the rllib extra).
 """
 
 from __future__ import annotations
@@ -57,6 +64,8 @@ class _Step:
     action: np.ndarray | None
     commanded: dict[str, np.ndarray] = field(default_factory=dict)
     result: dict[str, float] | None = None
+    person: bool = False  # with a person in the loop: the person commanded this step
+    person_command: np.ndarray | None = None
 
 
 @dataclass
@@ -153,6 +162,12 @@ class EpisodeAssembler:
         elif head == "command":
             if env.pending_step is not None and env.pending_step.seq == seq:
                 env.pending_step.commanded[name] = array(msg).ravel()
+        elif rest in (channels.INTERVENTION, channels.PERSON_COMMAND):
+            if env.pending_step is not None and env.pending_step.seq == seq:
+                if rest == channels.INTERVENTION:
+                    env.pending_step.person = bool(labelled(msg)["person"])
+                else:
+                    env.pending_step.person_command = array(msg).ravel()
         elif rest == "step_result":
             if env.detached:
                 env.detached = False
@@ -273,6 +288,12 @@ def _episode_arrays(env: int, ep: _Episode) -> dict[str, np.ndarray]:
     for sink in sinks:
         width = max(len(s.commanded[sink]) for s in ep.steps if sink in s.commanded)
         out[f"commanded/{sink}"] = np.stack([s.commanded.get(sink, np.full(width, np.nan)) for s in ep.steps])
+    if any(s.person for s in ep.steps):  # a person commanded some steps: what they commanded
+        width = out["step_actions"].shape[1:]
+        out["step_person"] = np.array([s.person and s.person_command is not None for s in ep.steps])
+        out["step_person_command"] = np.stack(
+            [s.person_command if s.person_command is not None else np.full(width, np.nan) for s in ep.steps]
+        )
     out["step_rewards"] = step_rewards
     out["step_terminated"] = step_term
     out["step_truncated"] = step_trunc
@@ -295,12 +316,16 @@ def recorded_mode(path: Path) -> str:
     return "train"
 
 
-def assembler_for(path: Path) -> Any:
-    """The assembler for the recording that begins with ``path``: train or deploy mode."""
-    if recorded_mode(path) == "deploy":
+def assembler_for(mode: str) -> Any:
+    """The assembler for a recording of a bridge in ``mode`` (train, deploy or teleop)."""
+    if mode == "deploy":
         from plugrl_ros.record.deploy_export import DeployEpisodeAssembler  # it builds on this module's helpers
 
         return DeployEpisodeAssembler()
+    if mode == "teleop":
+        from plugrl_ros.record.teleop_export import TeleopEpisodeAssembler
+
+        return TeleopEpisodeAssembler()
     return EpisodeAssembler()
 
 
@@ -317,45 +342,131 @@ def iter_episodes(paths: list[Path], assembler: Any, readers: list[RecordingRead
     yield from assembler.finish()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="plugrl-export", description="Export a plugrl_ros recording's episodes as arrays for offline RL."
+        prog="plugrl-export",
+        description="Export a plugrl_ros recording's episodes as arrays (npz) or as RLlib offline data (rllib).",
     )
     parser.add_argument("files", nargs="+", type=Path, help="MCAP files (the parts of a rotated run, in order)")
     parser.add_argument(
-        "--to", nargs=2, metavar=("FORMAT", "OUT"), required=True, help="'npz' and the folder to write episodes into"
+        "--to",
+        nargs="+",
+        metavar="FORMAT [OUT]",
+        required=True,
+        help="'npz' (one .npz per episode) or 'rllib' (episodes RLlib's offline_data reads), and the folder to "
+        "write into (or --output)",
     )
+    parser.add_argument("--output", type=Path, help="the folder to write into")
+    rllib = parser.add_argument_group("--to rllib: the runner's spaces (as plugrl_ros.rllib.robot_spaces builds them)")
+    rllib.add_argument("--config", type=Path, help="the bridge's params file the runner builds its spaces from")
+    rllib.add_argument("--horizon", type=int, default=1, help="H, control steps per RL step (the runner's; default 1)")
+    rllib.add_argument("--states", help="comma-separated states the policy reads (default: every one configured)")
+    rllib.add_argument("--images", help="comma-separated images the policy reads (default: every one; '' for none)")
+    rllib.add_argument("--state-dims", nargs="*", default=[], metavar="NAME=N", help="widths the file cannot tell")
+    rllib.add_argument("--action-dim", type=int, help="one step's action width, where the file cannot tell")
+    rllib.add_argument(
+        "--no-normalize-actions",
+        dest="normalize_actions",
+        action="store_false",
+        help="store actions in action units (RLlib's normalize_actions=False); default: normalised as the module's",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
-    fmt, out = args.to
-    if fmt != "npz":
-        parser.error(f"--to: format {fmt!r} is not supported; supported: npz")
+    if len(args.to) > 2:
+        parser.error("--to takes a format and, unless --output is given, the folder to write into")
+    fmt = args.to[0]
+    out = Path(args.to[1]) if len(args.to) == 2 else args.output
+    if fmt not in ("npz", "rllib"):
+        parser.error(f"--to: format {fmt!r} is not supported; supported: npz, rllib")
+    if out is None:
+        parser.error("--to: give the folder to write into (--to FORMAT OUT, or --output OUT)")
+    if len(args.to) == 2 and args.output is not None and args.output != out:
+        parser.error(f"two output folders: {out} (--to) and {args.output} (--output)")
     missing = [str(p) for p in args.files if not p.is_file()]
     if missing:
         parser.error(f"no such file: {', '.join(missing)}")
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    assembler = assembler_for(args.files[0])
-    deploy = not isinstance(assembler, EpisodeAssembler)
+    mode = recorded_mode(args.files[0])
+    if fmt == "rllib":
+        return _export_rllib(parser, args, mode, out)
+    out.mkdir(parents=True, exist_ok=True)
+    assembler = assembler_for(mode)
     readers: list[RecordingReader] = []
     written = incomplete = 0
     for ep in iter_episodes(args.files, assembler, readers):  # written one by one: frames add up
-        np.savez(out_dir / f"env{ep.env}_episode{ep.index:05d}.npz", **ep.arrays)
+        np.savez(out / f"env{ep.env}_episode{ep.index:05d}.npz", **ep.arrays)
         written += 1
         incomplete += not bool(ep.arrays["complete"])
+    _report(readers, assembler, mode)
+    print(
+        f"wrote {written} episode(s) to {out}"
+        + (f" ({incomplete} marked incomplete: the recorder dropped calls during them)" if incomplete else "")
+    )
+    return 0
+
+
+def _report(readers: list[RecordingReader], assembler: Any, mode: str) -> None:
     for reader in readers:
         if reader.problem:
             print(f"{reader.path}: {reader.problem}", file=sys.stderr)
-    print(
-        f"wrote {written} episode(s) to {out_dir}"
-        + (f" ({incomplete} marked incomplete: the recorder dropped calls during them)" if incomplete else "")
-    )
     if getattr(assembler, "abandoned", 0):
         print(f"{assembler.abandoned} episode(s) were ended by a lost connection before their end (not exported)")
     if assembler.unfinished:
-        exported = "exported with finished = false" if deploy else "not exported"
+        exported = "exported with finished = false" if mode == "deploy" else "not exported"
         print(f"{assembler.unfinished} episode(s) were still running when the recording ended ({exported})")
     for reason in assembler.skipped:
         print(f"skipped {reason}", file=sys.stderr)
+
+
+def _export_rllib(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str, out: Path) -> int:
+    if args.config is None:
+        parser.error("--to rllib: --config names the params file the runner builds its spaces from")
+    if mode == "deploy":
+        parser.error(
+            "--to rllib: a deploy-mode recording's chunks are blended or cut short by the next one, so its RL "
+            "steps are not the runner's; export train or teleop recordings (or --to npz for this one)"
+        )
+    try:
+        from plugrl_ros.params.section import ConfigError
+        from plugrl_ros.rllib.offline import export_rllib
+        from plugrl_ros.rllib.spaces import robot_spaces
+    except ImportError as exc:
+        print(
+            f"plugrl-export: --to rllib needs the rllib extra (pip install 'plugrl_ros[rllib]'): {exc}", file=sys.stderr
+        )
+        return 2
+    dims: dict[str, int] = {}
+    for item in args.state_dims:
+        name, _, width = item.partition("=")
+        if not width.isdigit():
+            parser.error(f"--state-dims: {item!r} is not NAME=N")
+        dims[name] = int(width)
+    names = {
+        key: None if value is None else [n for n in value.split(",") if n]
+        for key, value in (("states", args.states), ("images", args.images))
+    }
+    try:
+        spaces = robot_spaces(args.config, horizon=args.horizon, state_dims=dims, action_dim=args.action_dim, **names)
+    except (ConfigError, ValueError, OSError) as exc:
+        print(f"plugrl-export: {args.config}: {exc}", file=sys.stderr)
+        return 2
+    assembler = assembler_for(mode)
+    readers: list[RecordingReader] = []
+    recorded = (
+        (mode, ep.arrays, f"env {ep.env} episode {ep.index}") for ep in iter_episodes(args.files, assembler, readers)
+    )
+    counts = export_rllib(recorded, spaces, out, normalize_actions=args.normalize_actions)
+    _report(readers, assembler, mode)
+    for reason in counts.skipped:
+        print(f"skipped {reason}", file=sys.stderr)
+    print(
+        f"wrote {counts.episodes} RLlib episode(s), {counts.steps} RL step(s) of H = {args.horizon} "
+        f"({counts.intervened_steps} commanded by a person) to {out}: "
+        f"config.offline_data(input_=[{str(out)!r}], input_read_episodes=True)"
+    )
     return 0
 
 
