@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -136,6 +137,51 @@ def test_written_episodes_read_back_as_rllib_reads_them_with_actions_normalised_
     assert np.allclose(back.get_actions(), [[1.0, -0.5], [0.0, 0.5], [-1.0, 1.0]])  # [-2, 2] -> [-1, 1]
     assert back.get_infos(-1) == {"intervened": True}
     assert back.get_observations(0)["states"]["joints"].dtype == np.float32
+
+
+def write_demonstrations(folder: Path, episodes: int = 3, ticks: int = 20) -> int:
+    """``episodes`` exported demonstrations of the demo's spaces (joints[0] = 100 + the tick); their steps."""
+    spaces, written = demo_spaces(), []
+    for _ in range(episodes):
+        arrays = teleop_arrays([True] * ticks, terminated_at=ticks - 1)
+        arrays["observations/states/joints"][:, 0] += 100.0
+        arrays["step_actions"] = np.clip(arrays["step_actions"], -2.0, 2.0)
+        written += teleop_episodes(arrays, spaces, "demo")
+    write_parquet(packed(rllib_episode(e, spaces, normalize_actions=True) for e in written), folder)
+    return sum(len(e) for e in written)
+
+
+def robot_episode(length: int) -> Any:
+    """An episode of the robot's own (joints[0] = -1), as the runner hands it to the replay buffer."""
+    spaces = demo_spaces()
+    (episode,) = teleop_episodes(teleop_arrays([True] * (length + 1)), spaces, "robot")
+    for obs in episode.observations:
+        obs["states"]["joints"][0] = -1.0
+    return rllib_episode(episode, spaces, normalize_actions=True)
+
+
+def test_the_replay_buffer_draws_the_demonstration_share_of_every_batch_however_many_robot_steps_it_holds(tmp_path):
+    from ray.rllib.utils.from_config import from_config
+    from ray.rllib.utils.replay_buffers import ReplayBuffer
+
+    steps = write_demonstrations(tmp_path)
+    config = {
+        "type": "plugrl_ros.rllib.demonstrations.DemonstrationEpisodeReplayBuffer",  # built as RLlib builds it
+        "capacity": 200,
+        "demonstrations": [str(tmp_path)],
+        "demonstration_share": 0.25,
+        "flatten_observations": False,
+    }
+    buffer = from_config(ReplayBuffer, dict(config))
+    assert buffer.demonstration_steps == steps == 3 * 20
+    for _ in range(3):
+        buffer.add([robot_episode(50) for _ in range(4)])  # past the capacity: the robots' oldest go
+        batch = buffer.sample(num_items=64, n_step=1, gamma=0.99, sample_episodes=True)
+        sources = [float(e.get_observations(0)["states"]["joints"][0]) for e in batch]
+        assert len(batch) == 64 and sum(s >= 100 for s in sources) == 16 and sum(s == -1 for s in sources) == 48
+    assert buffer.get_num_timesteps() <= 200 and buffer.demonstrations.get_num_timesteps() == steps
+    with pytest.raises(ValueError, match=r"holds no \.parquet files"):
+        from_config(ReplayBuffer, {**config, "demonstrations": [str(tmp_path / "nothing")]})
 
 
 @pytest.mark.slow

@@ -87,10 +87,15 @@ def test_a_robot_episode_that_runs_from_a_random_warm_up_into_the_policy_reaches
 
 
 @pytest.mark.slow
-def test_sac_learns_from_robots_that_the_runner_serves_through_its_updates_and_its_weights_reach_the_runner():
+def test_sac_learns_from_robots_that_the_runner_serves_through_its_updates_and_its_weights_reach_the_runner(
+    tmp_path,
+):
+    """With demonstrations in its replay buffer: a quarter of every batch (test_rllib_offline checks the share)."""
     import ray
+    from test_rllib_offline import write_demonstrations
 
     from plugrl_ros.rllib.demo_sac import sac_demo_config
+    from plugrl_ros.rllib.demonstrations import with_demonstrations
 
     ended: list[float] = []
 
@@ -98,16 +103,21 @@ def test_sac_learns_from_robots_that_the_runner_serves_through_its_updates_and_i
         def on_episode_end(self, *, episode, **kwargs) -> None:
             ended.append(float(episode.get_return()))
 
+    demonstration_steps = write_demonstrations(tmp_path)
     config = (
         sac_demo_config(DEMO, port=0)
         .env_runners(env_runner_cls=BetweenSamples)
-        .training(num_steps_sampled_before_learning_starts=100, train_batch_size_per_learner=32)
+        .training(
+            num_steps_sampled_before_learning_starts=100,
+            train_batch_size_per_learner=32,
+        )
+        .callbacks(EpisodeEnds, on_algorithm_init=with_demonstrations([tmp_path], share=0.25))
         .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=50)
-        .callbacks(EpisodeEnds)
     )
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
         algo = config.build_algo()
+        assert algo.local_replay_buffer.demonstration_steps == demonstration_steps
         runner: BetweenSamples = algo.env_runner
         initial = _weights(runner.module.get_state())
         bridge = python_module(
@@ -123,6 +133,7 @@ def test_sac_learns_from_robots_that_the_runner_serves_through_its_updates_and_i
                 while _sampled(results) < STEPS and time.monotonic() < deadline:
                     results.append(algo.train())
                 learner = algo.learner_group.get_weights()["default_policy"]
+                demonstrations = algo.local_replay_buffer.demonstrations.get_num_timesteps()
                 final = _weights(runner.module.get_state())
                 weights_seq_no = runner.get_state()["weights_seq_no"]
                 algo.stop()  # the run's end: the bridge exits 0
@@ -138,6 +149,7 @@ def test_sac_learns_from_robots_that_the_runner_serves_through_its_updates_and_i
     for key, value in final.items():
         assert np.allclose(value, np.asarray(learner[key])), key
     assert weights_seq_no > 0
+    assert demonstrations == demonstration_steps  # the robots' episodes never evict the demonstrations
     # the robots were answered while the learner updated, not only inside sample()
     assert runner.answers_between_samples > 0
     # every robot episode that ended was the callbacks' too, with the runner's own return
