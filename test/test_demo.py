@@ -25,6 +25,7 @@ from plugrl_ros.protocol.client import RESYNC_REASON, ClientSettings
 from plugrl_ros.protocol.codec import packb, unpackb
 from plugrl_ros.protocol.errors import ProtocolError
 from plugrl_ros.protocol.messages import ObservationRow, build_feedback, build_infer, episode_info
+from plugrl_ros.record.read import read_all
 from plugrl_ros.tools.headless_probe import HeadlessProbe, HeadlessSettings
 from plugrl_ros.tools.serving import TrainerThread
 
@@ -382,6 +383,56 @@ def test_demo_script_runs_learns_and_writes_its_results(tmp_path: Path):
     assert deploy_log.count("connected to the policy server") == 2  # one connection per robot
     assert "episode 1 " in deploy_log and "the policy server's answer was rejected" not in deploy_log
     assert "listening on" in (output / "logs" / "policy_server.log").read_text()
+
+
+def test_the_person_share_is_read_from_the_bridge_and_summed_minute_by_minute():
+    from plugrl_ros.demo.runner import BridgeStatus, intervention_summary
+
+    trainer = {"connected": "True", "infer round trip median ms": "3.5", "reconnects": "0"}
+    statuses = {
+        "plugrl_bridge: trainer": ("ok", trainer),
+        "plugrl_bridge: env 0 (reacher0)": ("running", {"steps": "100", "episodes": "2", "person steps": "30"}),
+        "plugrl_bridge: env 1 (reacher1)": ("running", {"steps": "100", "episodes": "1", "person steps": "10"}),
+    }
+    assert parse_diagnostics(statuses, 1.0).person_steps == 40
+
+    def status(t: float, steps: int, person: int) -> BridgeStatus:
+        return BridgeStatus(t, True, 1.0, steps, 0, 0, person)
+
+    # minute 1: 40 of 100 steps; minute 2: 10 of 100; 20 s of minute 3: 0 of 50
+    history = [status(0.0, 0, 0), status(30.0, 50, 30), status(60.0, 100, 40), status(120.0, 200, 50)]
+    summary = intervention_summary([*history, status(140.0, 250, 50)], 3.0)
+    assert summary["share_by_minute"] == [0.4, 0.1, 0.0]
+    assert summary["person_steps"] == 50 and summary["share"] == 0.2 and summary["helping_minutes"] == 3.0
+    assert intervention_summary([], 3.0)["share"] is None
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_demo_with_a_scripted_person_reports_the_share_and_records_the_persons_commands(tmp_path: Path):
+    output = tmp_path / "demo"
+    command = executables.command("plugrl_ros.demo.runner", "--teleop", "scripted", "--duration", "30")
+    command += ["--deploy-duration", "0", "--output", str(output)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["mode"] == "timer" and summary["ok"] is True, summary
+    person = summary["intervention"]
+    assert person["person_steps"] > 0 and 0 < person["share"] < 1 and person["share_by_minute"], person
+    assert "a person (scripted) commanded" in done.stdout
+    recordings = sorted(output.glob("*.mcap"))
+    topics = {recorded.topic for _, recorded in read_all(recordings)}
+    assert {"/plugrl/env0/person_command", "/plugrl/env0/intervention"} <= topics, sorted(topics)
+
+
+def test_a_scripted_person_in_lockstep_is_refused(capsys):
+    from plugrl_ros.demo.runner import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["--teleop", "scripted", "--mode", "lockstep"])
+    assert refused.value.code == 2
+    assert "--teleop scripted needs --mode timer" in capsys.readouterr().err
 
 
 def test_an_algorithm_without_the_rllib_trainer_is_refused_naming_both_options(capsys):

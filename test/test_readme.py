@@ -70,6 +70,13 @@ EXERCISED = {
         "mirror: test_record_tools.py::test_record_info_summarizes_envs_episodes_returns_steps_drops_and_link_events"
     ),
     "plugrl-export --to npz": "mirror: test_record_deploy.py::test_record_info_and_export_read_a_deploy_recording",
+    "plugrl-export --to rllib": (
+        "mirror: test_rllib_offline.py::test_bc_learns_from_exported_demonstrations_to_reach_the_target_where_a_random_"
+        "policy_does_not"
+    ),
+    "plugrl-demo --teleop scripted": (
+        "mirror: test_demo.py::test_the_demo_with_a_scripted_person_reports_the_share_and_records_the_persons_commands"
+    ),
     # Gymnasium environments as robots: the three commands and the trainer, run as written in the gym pass
     'scripts/setup-venv.sh .venv kilted "" gym': "mirror: .ci/run (the gym pass sets up its venv this way)",
     "plugrl-gym-robot --env": GYM,

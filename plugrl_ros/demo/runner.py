@@ -73,18 +73,20 @@ class BridgeStatus:
     steps: int  # env steps, all envs
     episodes: int
     reconnects: int  # connections lost or resynced since the bridge started
+    person_steps: int = 0  # with a person in the loop: the steps the person commanded, all envs
 
 
 def parse_diagnostics(statuses: Statuses, received_at: float) -> BridgeStatus | None:
     """The bridge's status from a /diagnostics message's statuses (None if the bridge is not among them)."""
     trainer = None
-    steps = episodes = 0
+    steps = episodes = person = 0
     for name, (_, values) in statuses.items():
         if name.endswith(": trainer") and "infer round trip median ms" in values:
             trainer = values
         elif ": env " in name and "steps" in values:
             steps += _int(values.get("steps"))
             episodes += _int(values.get("episodes"))
+            person += _int(values.get("person steps"))
     if trainer is None:
         return None
     try:
@@ -92,7 +94,7 @@ def parse_diagnostics(statuses: Statuses, received_at: float) -> BridgeStatus | 
     except ValueError:
         infer_ms = None  # "-": no infer yet
     connected = trainer.get("connected") == "True"
-    return BridgeStatus(received_at, connected, infer_ms, steps, episodes, _int(trainer.get("reconnects")))
+    return BridgeStatus(received_at, connected, infer_ms, steps, episodes, _int(trainer.get("reconnects")), person)
 
 
 @dataclass(frozen=True)
@@ -228,9 +230,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--mode",
         choices=("lockstep", "timer"),
-        default="lockstep",
-        help="lockstep: the simulator steps per command, as fast as it can (default); "
-        "timer: a fixed-rate loop, like a real robot",
+        help="lockstep: the simulator steps per command, as fast as it can (the default); "
+        "timer: a fixed-rate loop, like a real robot (the default with --teleop scripted)",
     )
     p.add_argument("--rate", type=float, default=20.0, help="timer mode: control rate in Hz (default %(default)s)")
     p.add_argument(
@@ -258,6 +259,20 @@ def _parser() -> argparse.ArgumentParser:
         "robots keep acting while it learns)",
     )
     p.add_argument(
+        "--teleop",
+        choices=("none", "scripted"),
+        default="none",
+        help="scripted: a person in the loop, stood in for by plugrl-demo-teleop (a gamepad on each reacher that "
+        "takes over when the arm strays, for the first --teleop-minutes); the bridge gets "
+        "config/demo_intervention.yaml, and the summary the person's share of the steps",
+    )
+    p.add_argument(
+        "--teleop-minutes",
+        type=float,
+        default=3.0,
+        help="with --teleop scripted: the person helps during the run's first this many minutes (0: always)",
+    )
+    p.add_argument(
         "--record",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -278,6 +293,12 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         parser.error("--rate must be in (0, 1000] Hz")
     if args.algorithm != "PPO" and args.trainer != "rllib":
         parser.error(f"--algorithm {args.algorithm} needs --trainer rllib (the demo trainer is its own algorithm)")
+    if args.teleop == "scripted" and args.mode == "lockstep":
+        parser.error("--teleop scripted needs --mode timer: a person acts in real time, not per simulator step")
+    if not args.teleop_minutes >= 0:
+        parser.error("--teleop-minutes must be 0 (always) or a positive number of minutes")
+    if args.mode is None:
+        args.mode = "timer" if args.teleop == "scripted" else "lockstep"
 
 
 def bridge_command(args: argparse.Namespace, config: Path, port: int) -> list[str]:
@@ -297,9 +318,18 @@ def bridge_command(args: argparse.Namespace, config: Path, port: int) -> list[st
         # max_steps are at its 20 Hz (in lockstep a step is always 0.05 s of simulated time).
         overrides["episode.max_steps"] = str(max(1, round(EPISODE_S * args.rate)))
     command = executables.command("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(config))
+    if args.teleop == "scripted":
+        command += ["--params-file", str(shipped_file("config", "demo_intervention.yaml"))]
     for key, value in overrides.items():
         command += ["-p", f"{key}:={value}"]
     return command
+
+
+def teleop_command(args: argparse.Namespace) -> list[str]:
+    """The scripted person: a gamepad per reacher, helping during the run's first ``--teleop-minutes``."""
+    return executables.command(
+        "plugrl_ros.demo.teleop_node", "--envs", str(args.envs), "--minutes", repr(float(args.teleop_minutes))
+    )
 
 
 def deploy_bridge_command(
@@ -335,6 +365,27 @@ def robot_command(args: argparse.Namespace) -> list[str]:
         "--seed",
         str(args.seed),
     )
+
+
+def intervention_summary(history: Sequence[BridgeStatus], helping_minutes: float) -> dict[str, Any]:
+    """The person's share of the steps, over the run and minute by minute, from the bridge's /diagnostics."""
+    if not history:
+        return {"person_steps": 0, "share": None, "share_by_minute": [], "helping_minutes": helping_minutes}
+    last, start = history[-1], history[0].received_at
+    by_minute: list[float | None] = []
+    before = history[0]
+    for minute in range(1, int((last.received_at - start) // 60.0) + 2):
+        inside = [s for s in history if s.received_at <= start + 60.0 * minute]
+        end = inside[-1]
+        steps = end.steps - before.steps
+        by_minute.append(round((end.person_steps - before.person_steps) / steps, 4) if steps > 0 else None)
+        before = end
+    return {
+        "person_steps": last.person_steps,
+        "share": round(last.person_steps / last.steps, 4) if last.steps else None,
+        "share_by_minute": by_minute,
+        "helping_minutes": helping_minutes,
+    }
 
 
 class _Child:
@@ -455,7 +506,10 @@ class DemoRun:
         watch = DiagnosticsWatch()
         robot = _Child("robot", robot_command(args), self.logs / "robot.log")
         deploy: dict[str, Any] | None = None
+        person: _Child | None = None
         try:
+            if args.teleop == "scripted":
+                person = _Child("scripted person", teleop_command(args), self.logs / "teleop.log")
             bridge = _Child("bridge", bridge_command(args, config, port), self.logs / "bridge.log")
             progress = Progress(self.out)
             started = time.monotonic()
@@ -466,6 +520,8 @@ class DemoRun:
                 progress.done()
                 trainer.end()
                 bridge_code = bridge.stop()
+                if person is not None:
+                    person.stop()
                 trainer.join(10.0)
             history = watch.history()
             # the trainer has stopped: nothing changes what it learned any more
@@ -672,6 +728,8 @@ class DemoRun:
             "bridge_exit_code": bridge_code,
             "robot_exit_code": robot_code,
         }
+        if args.teleop == "scripted":
+            facts["intervention"] = intervention_summary(history, args.teleop_minutes)
         return facts
 
     def _print_summary(self, summary: Mapping[str, Any], paths: Mapping[str, str]) -> None:
@@ -686,6 +744,13 @@ class DemoRun:
             lines.append(
                 f"  mean episode return: first {n} episodes {summary['first_mean_return']:.2f} -> "
                 f"last {n} episodes {summary['last_mean_return']:.2f} ({summary['improvement']:+.2f})"
+            )
+        person = summary.get("intervention")
+        if person is not None:
+            shares = ", ".join("-" if share is None else f"{share:.0%}" for share in person["share_by_minute"])
+            total = "-" if person["share"] is None else f"{person['share']:.1%}"
+            lines.append(
+                f"  a person (scripted) commanded {person['person_steps']} of the steps ({total}); by minute: {shares}"
             )
         deploy = summary.get("deploy")
         if deploy is not None:
