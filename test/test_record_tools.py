@@ -160,6 +160,31 @@ def test_export_writes_one_npz_per_episode_with_the_recorded_values(recorded, tm
         assert ep["step_t_ns"][0] > call_time(first_step)  # the second episode's steps
 
 
+def test_export_says_which_steps_a_person_commanded_and_what_they_commanded(tmp_path):
+    """A train run with a person in the loop: env 0's second step of each chunk was the person's."""
+    calls = scenario()
+    person_command = np.array([-7.0, 7.0])
+    for call in calls:
+        if call.method == "step" and call.args[2] is not None:
+            person = call.args[0] == 0 and call.args[2] == 1
+            call.kwargs["intervention"] = (person, person, person_command if person else None)
+    recorder = Recorder(RecordSettings(path=tmp_path / "rec"))
+    recorder.start()
+    play(recorder, calls)
+    path = recorder.close().files[0]
+    out = tmp_path / "npz"
+    result = run_tool("plugrl_ros.record.export", str(path), "--to", "npz", "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    with np.load(out / "env0_episode00000.npz") as ep:
+        rows = [int(c.args[2]) for c in calls if c.method == "step" and c.args[0] == 0 and c.args[2] is not None]
+        expected = np.array([row == 1 for row in rows[: episode_length(0)]])
+        np.testing.assert_array_equal(ep["step_person"], expected)
+        np.testing.assert_array_equal(ep["step_person_command"][expected], [person_command] * expected.sum())
+        assert np.isnan(ep["step_person_command"][~expected]).all()
+    with np.load(out / "env2_episode00000.npz") as ep:
+        assert "step_person" not in ep  # nobody commanded env 2
+
+
 def test_export_refuses_an_unknown_format(recorded, tmp_path):
     result = run_tool("plugrl_ros.record.export", str(recorded[1]), "--to", "parquet", str(tmp_path))
     assert result.returncode == 2 and "format 'parquet' is not supported; supported: npz" in result.stderr
