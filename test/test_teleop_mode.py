@@ -11,6 +11,7 @@ from sensor_msgs.msg import Joy
 from std_msgs.msg import Bool, Float64MultiArray
 
 from plugrl_ros.record.export import main as export
+from plugrl_ros.record.info import format_summary, summarize
 from plugrl_ros.record.read import array, labelled, read_all
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -86,3 +87,8 @@ def test_a_person_drives_without_trainer_or_policy_and_every_demonstration_step_
     assert set(first["step_actions"].ravel()) <= {0.5, 2.0} and first["observations/states/pos"].shape == (40, 1)
     assert second["step_terminated"][-1] and len(second["step_actions"]) == int(second["episode_length"]) < 40
     assert float(first["episode_return"]) == pytest.approx(first["step_rewards"].sum())
+
+    # plugrl-record-info counts the person's steps as steps, not idle ticks
+    env0 = summarize(files).envs[0]
+    assert env0.person_steps == len(person) and env0.steps == len(person) and env0.chunks == 0
+    assert f"a person commanded {len(person)} of the steps (100%)" in format_summary(summarize(files))

@@ -22,8 +22,10 @@ from plugrl_ros.record.read import RecordingReader, labelled, values
 @dataclass
 class EnvSummary:
     chunks: int = 0
-    steps: int = 0  # steps that ran a chunk's action
+    steps: int = 0  # steps that ran a chunk's action or a person's command
     idle_steps: int = 0
+    person_steps: int = 0  # with a person in the loop: the steps the person commanded
+    last_step: tuple[int, bool] | None = None  # (sequence, idle) of the last step seen
     episodes: list[tuple[float, int, bool]] = field(default_factory=list)  # (return, length, success)
     answers: Counter = field(default_factory=Counter)  # deploy mode: outcome -> count
     first_rows: list[int] = field(default_factory=list)  # deploy mode: each applied chunk's first row run
@@ -72,9 +74,16 @@ def summarize(paths: list[Path]) -> Summary:
                 if rest == "action_chunk":
                     stats.chunks += 1
                 elif rest == "step":
-                    if labelled(rec.msg)["idle"]:
+                    idle = bool(labelled(rec.msg)["idle"])
+                    stats.last_step = (rec.sequence, idle)
+                    if idle:
                         stats.idle_steps += 1
                     else:
+                        stats.steps += 1
+                elif rest == channels.INTERVENTION and labelled(rec.msg)["person"]:
+                    stats.person_steps += 1
+                    if stats.last_step == (rec.sequence, True):  # no chunk ran (teleop mode): the person's step
+                        stats.idle_steps -= 1
                         stats.steps += 1
                 elif rest == "episode":
                     ep = labelled(rec.msg)
@@ -137,6 +146,8 @@ def format_summary(summary: Summary) -> str:
             f"  env {env}: episodes {len(s.episodes)}, steps {s.steps} (+{s.idle_steps} idle), chunks {s.chunks}; "
             f"{_returns(s.episodes)}"
         )
+        if s.person_steps:
+            lines.append(f"    a person commanded {s.person_steps} of the steps ({s.person_steps / s.steps:.0%})")
         if s.episodes:
             shown = ", ".join(f"{r:.4g}" for r, _, _ in s.episodes[:20])
             more = f", ... ({len(s.episodes) - 20} more)" if len(s.episodes) > 20 else ""
