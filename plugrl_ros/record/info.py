@@ -81,10 +81,14 @@ def summarize(paths: list[Path]) -> Summary:
                     else:
                         stats.steps += 1
                 elif rest == channels.INTERVENTION and labelled(rec.msg)["person"]:
-                    stats.person_steps += 1
-                    if stats.last_step == (rec.sequence, True):  # no chunk ran (teleop mode): the person's step
+                    if stats.last_step != (rec.sequence, True):
+                        stats.person_steps += 1  # the person commanded a step a chunk would have run
+                    elif summary.mode == "teleop":  # no chunk runs in teleop mode: every command is a step
+                        stats.person_steps += 1
                         stats.idle_steps -= 1
                         stats.steps += 1
+                    # else the person drove between chunks: an idle tick, not a step of the episode (as the
+                    # bridge counts them, and the trainer sees them)
                 elif rest == "episode":
                     ep = labelled(rec.msg)
                     stats.episodes.append((ep["return"], int(ep["length"]), bool(ep["success"])))
