@@ -97,7 +97,9 @@ def save_json(path: str | None, name: str, data: dict[str, Any]) -> None:
 def ros_env(**extra: str) -> dict[str, str]:
     """The environment of a ROS child process: this repository importable, DDS on loopback, our domain."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    # no empty entry: it would put the working directory on the path (where /tmp/ray, Ray's session folder,
+    # shadowed the ray package in Ray's own worker processes, and ray.init waited for them forever)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), *env.get("PYTHONPATH", "").split(os.pathsep)] if p)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("AMENT_PREFIX_PATH", sys.prefix)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"

@@ -70,16 +70,26 @@ run_module(early, {module!r})
 """
 
 
+# Modules that may start Ray (plugrl-demo --trainer rllib) start with the site packages: Ray hands the
+# interpreter's -S on to its worker processes, which then cannot import Ray, and ray.init waits for them forever.
+RAY_DRIVERS = frozenset({"plugrl_ros.demo.runner"})
+
+
+def _flags(module: str) -> list[str]:
+    return [] if module in RAY_DRIVERS else ["-S"]
+
+
 def script(name: str) -> str:
     """The text of executable ``name`` (setup.py writes it; the installer points ``#!python`` at its Python)."""
     module = EXECUTABLES[name]
-    header = f"#!python -S\n# {name}: runs {module}.main(), with Ctrl-C safe from here on (plugrl_ros.executables)\n"
+    shebang = " ".join(["#!python", *_flags(module)])
+    header = f"{shebang}\n# {name}: runs {module}.main(), with Ctrl-C safe from here on (plugrl_ros.executables)\n"
     return header + _BOOTSTRAP.format(module=module)
 
 
 def command(module: str, *args: str) -> list[str]:
     """The command line that runs ``module`` as ``python -m`` would, from the installed package."""
-    return [sys.executable, "-S", "-c", _BOOTSTRAP.format(module=module), *args]
+    return [sys.executable, *_flags(module), "-c", _BOOTSTRAP.format(module=module), *args]
 
 
 def run_module(early: list[int], module: str) -> None:

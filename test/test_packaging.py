@@ -244,11 +244,12 @@ def test_colcon_builds_an_install_tree_whose_bridge_starts_with_the_shipped_conf
     assert (prefix / "share" / "ament_index" / "resource_index" / "packages" / "plugrl_ros").is_file()
     bridge = prefix / "lib" / "plugrl_ros" / "bridge"
     assert bridge.is_file() and os.access(bridge, os.X_OK)
-    from plugrl_ros.executables import EXECUTABLES
+    from plugrl_ros.executables import EXECUTABLES, RAY_DRIVERS
 
     for name in EXECUTABLES:  # what ros2 run starts: the scripts, run with -S, handlers first (no wrapper)
         text = (prefix / "lib" / "plugrl_ros" / name).read_text()
-        assert text.startswith(f"#!{sys.executable} -S\n"), text
+        flags = "" if EXECUTABLES[name] in RAY_DRIVERS else " -S"  # Ray passes -S on to its workers
+        assert text.startswith(f"#!{sys.executable}{flags}\n"), text
         assert first_statements_install_the_stop_handlers(text), text
 
     site = next(prefix.glob("lib/python3*/site-packages"))
@@ -310,7 +311,10 @@ def test_every_executable_starts_with_the_stop_handlers_before_its_heavy_imports
     for name, module in executables.EXECUTABLES.items():
         assert callable(importlib.import_module(module).main), f"{name} -> {module}"
         text = executables.script(name)
-        assert text.startswith("#!python -S\n"), name  # an installer points it at its Python (colcon keeps -S)
+        # an installer points it at its Python (colcon keeps -S); a Ray driver starts without (Ray's workers would
+        # be started with -S too, and could not import Ray)
+        assert text.startswith("#!python\n" if module in executables.RAY_DRIVERS else "#!python -S\n"), name
+        assert ("-S" in executables.command(module)) is (module not in executables.RAY_DRIVERS)
         assert first_statements_install_the_stop_handlers(text), text
         assert f"run_module(early, {module!r})" in text
     # the installed executables are these scripts (pip: in the environment's bin/), not entry-point wrappers

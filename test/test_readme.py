@@ -74,6 +74,10 @@ EXERCISED = {
         "mirror: test_rllib_offline.py::test_bc_learns_from_exported_demonstrations_to_reach_the_target_where_a_random_"
         "policy_does_not"
     ),
+    "OMP_NUM_THREADS=1 python bench/bench_intervention.py": (
+        "mirror: test_intervention_bench.py::test_the_benchmark_runs_each_variant_and_reports_success_and_the_"
+        "persons_share"
+    ),
     "plugrl-demo --teleop scripted": (
         "mirror: test_demo.py::test_the_demo_with_a_scripted_person_reports_the_share_and_records_the_persons_commands"
     ),

@@ -113,3 +113,13 @@ def test_the_paused_share_is_the_waiting_while_the_runner_answered_nobody():
     taken = figures.take()
     assert taken.idle_share == pytest.approx(0.5)  # 1 + 4 s of 10
     assert taken.paused_share == pytest.approx(0.3)  # 3 s of 10
+
+
+def test_the_demo_learner_refuses_to_start_ray_without_the_site_packages_instead_of_waiting_forever():
+    """Ray passes -S on to its workers, which then cannot import Ray: ray.init would wait for them forever."""
+    import subprocess
+    import sys
+
+    code = "import site; site.main(); from plugrl_ros.rllib.demo import start_ray; start_ray()"
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1 and "Ray cannot start here" in done.stderr and "(-S)" in done.stderr, done.stderr

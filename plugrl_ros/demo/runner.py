@@ -19,6 +19,7 @@ with the deployed policy's mean return beside the training curve.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import shutil
@@ -273,6 +274,12 @@ def _parser() -> argparse.ArgumentParser:
         help="with --teleop scripted: the person helps during the run's first this many minutes (0: always)",
     )
     p.add_argument(
+        "--demonstrations",
+        type=Path,
+        help="with --algorithm SAC: a folder plugrl-export --to rllib wrote (demonstrations of the demo reachers, "
+        "exported with --images '' --state-dims target=4); a quarter of every batch SAC learns from is drawn from it",
+    )
+    p.add_argument(
         "--record",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -293,6 +300,10 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         parser.error("--rate must be in (0, 1000] Hz")
     if args.algorithm != "PPO" and args.trainer != "rllib":
         parser.error(f"--algorithm {args.algorithm} needs --trainer rllib (the demo trainer is its own algorithm)")
+    if args.demonstrations is not None and args.algorithm != "SAC":
+        parser.error("--demonstrations needs --trainer rllib --algorithm SAC (an off-policy learner's replay buffer)")
+    if args.demonstrations is not None and not any(args.demonstrations.glob("*.parquet")):
+        parser.error(f"--demonstrations: {args.demonstrations} holds no .parquet files (plugrl-export --to rllib)")
     if args.teleop == "scripted" and args.mode == "lockstep":
         parser.error("--teleop scripted needs --mode timer: a person acts in real time, not per simulator step")
     if not args.teleop_minutes >= 0:
@@ -490,9 +501,15 @@ class DemoRun:
         settings = DemoTrainerSettings(
             port=0, duration_s=args.duration, seed=args.seed, feedback_timeout_s=FEEDBACK_TIMEOUT_S
         )
-        trainer = make_trainer(args, settings, config)
-        # RLlib builds its algorithm (and starts Ray) before it listens
-        port = trainer.start(timeout=TRAINER_START_TIMEOUT_S)
+        # RLlib starts Ray and builds its algorithm before it listens. Ray's start can freeze the whole
+        # interpreter (its core worker waits for worker processes that died, holding the interpreter lock),
+        # which no timeout in Python sees: a watchdog outside the interpreter ends the process, with its stacks.
+        faulthandler.dump_traceback_later(TRAINER_START_TIMEOUT_S + 30.0, exit=True)
+        try:
+            trainer = make_trainer(args, settings, config)
+            port = trainer.start(timeout=TRAINER_START_TIMEOUT_S)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
         started_wall = time.time()
         mode = args.mode + (f" at {args.rate:g} Hz" if args.mode == "timer" else "")
         self._say(
@@ -784,7 +801,7 @@ def make_trainer(args: argparse.Namespace, settings: DemoTrainerSettings, config
     """The demo's trainer on its thread: the demo trainer, or RLlib PPO or SAC through a PlugRL EnvRunner."""
     if args.trainer == "rllib":
         checkpoint = Path(args.output) / "rllib_checkpoint"  # what the deploy step serves
-        return rllib_trainer(args.algorithm, config, args.duration, args.seed, checkpoint)
+        return rllib_trainer(args.algorithm, config, args.duration, args.seed, checkpoint, args.demonstrations)
     return TrainerThread(DemoTrainer(settings), name="plugrl-demo-trainer")
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -89,6 +91,33 @@ def demo_config(params_file: str | Path, *, port: int, seed: int = 0, host: str 
         "vf_clip_param": 100.0,
     }
     return local_ppo(spaces, runner, training=training, hidden=[32, 32], seed=seed, sample_timeout_s=30.0)
+
+
+def start_ray() -> None:
+    """Ray for the demo's learner, in this process, sized for a small machine; call it on the main thread.
+
+    Started from another thread (the trainer's), ``ray.init`` was seen to hang in Ray's core worker
+    set-up, holding the interpreter lock: the whole process froze, its start-up timeout included.
+    """
+    if sys.flags.no_site:  # Ray would start its workers with -S too, and they could not import Ray
+        raise RuntimeError(
+            "Ray cannot start here: this Python runs without its site packages (-S), which Ray passes on to its "
+            "worker processes; start the learner's process without -S (plugrl_ros.executables.RAY_DRIVERS)"
+        )
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import ray
+    import torch
+
+    torch.set_num_threads(1)  # the learner shares two cores with the robots and the bridge
+    if not ray.is_initialized():
+        # on the main thread Ray replaces the SIGTERM handler with one that exits at once: the demo's own
+        # (stop_request: stop the bridge, the robot and the learner in order) stays
+        ours = signal.getsignal(signal.SIGTERM)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+        signal.signal(signal.SIGTERM, ours)
+    # the terminal shows the progress line: RLlib's notices (new API stack, deprecations) go nowhere
+    for name in [n for n in logging.root.manager.loggerDict if n == "ray" or n.startswith("ray.")]:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 class RLlibDemoTrainer:
@@ -176,16 +205,9 @@ class RLlibDemoTrainer:
     # -- Ray ------------------------------------------------------------------------------
 
     def _build(self) -> None:
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
         import ray
-        import torch
 
-        torch.set_num_threads(1)  # the learner shares two cores with the robots and the bridge
-        if not ray.is_initialized():
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-        # the terminal shows the progress line: RLlib's notices (new API stack, deprecations) go nowhere
-        for name in [n for n in logging.root.manager.loggerDict if n == "ray" or n.startswith("ray.")]:
-            logging.getLogger(name).setLevel(logging.ERROR)
+        start_ray()  # a no-op where the process's main thread started it, as rllib_trainer does
         self.algo = self._make_config().build_algo()
         self.runner = self.algo.env_runner
         self.horizon = self.runner.chunks.horizon
