@@ -84,6 +84,7 @@ def test_a_person_drives_without_trainer_or_policy_and_every_demonstration_step_
     assert len(exported) >= 2 and [int(e["episode_length"]) for e in exported[:1]] == [40]
     first, second = exported[:2]
     assert first["step_person"].all() and len(first["step_actions"]) == 40 and first["step_truncated"][-1]
+    assert all(bool(e["complete"]) for e in exported)  # no recorder call was dropped
     assert set(first["step_actions"].ravel()) <= {0.5, 2.0} and first["observations/states/pos"].shape == (40, 1)
     assert second["step_terminated"][-1] and len(second["step_actions"]) == int(second["episode_length"]) < 40
     assert float(first["episode_return"]) == pytest.approx(first["step_rewards"].sum())

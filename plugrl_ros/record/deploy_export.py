@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from plugrl_ros.record import channels
-from plugrl_ros.record.export import EpisodeArrays, observation_part, stack_observations
+from plugrl_ros.record.export import CallGaps, EpisodeArrays, observation_part, stack_observations
 from plugrl_ros.record.read import Recorded, array, labelled, values
 
 
@@ -79,16 +79,15 @@ class DeployEpisodeAssembler:
         self.robots: dict[int, _Robot] = {}
         self.unfinished = 0  # exported, though still running when the recording ended
         self.skipped: list[str] = []
-        self._last_seq = 0
+        self._gaps = CallGaps()
 
     def feed(self, recorded: Recorded) -> Iterator[EpisodeArrays]:
         topic, msg, seq = recorded.topic, recorded.msg, recorded.sequence
         if topic in (channels.CONFIG_TOPIC, channels.RECORDER_TOPIC):
             return
-        if seq > self._last_seq + 1 and self._last_seq:
+        if self._gaps.gap(seq):
             for robot in self.robots.values():  # calls were dropped; we cannot tell whose
                 robot.episode.complete = False
-        self._last_seq = max(self._last_seq, seq)
         per_env = channels.split_env_topic(topic)
         if per_env is None:
             if topic == channels.LINK_EVENT_TOPIC and msg.message == "close":

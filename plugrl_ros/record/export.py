@@ -89,6 +89,19 @@ class _Env:
     exported: int = 0
 
 
+class CallGaps:
+    """Tells when recorder calls were dropped: a gap in the sequence numbers (whose calls, nobody can tell)."""
+
+    def __init__(self) -> None:
+        self._last = 0
+
+    def gap(self, sequence: int) -> bool:
+        """Whether calls were dropped just before the one numbered ``sequence`` (fed in file order)."""
+        dropped = bool(self._last) and sequence > self._last + 1
+        self._last = max(self._last, sequence)
+        return dropped
+
+
 @dataclass(frozen=True)
 class EpisodeArrays:
     env: int
@@ -104,16 +117,15 @@ class EpisodeAssembler:
         self.unfinished = 0
         self.abandoned = 0  # episodes a lost connection ended (the trainer forgot them): not exported
         self.skipped: list[str] = []
-        self._last_seq = 0
+        self._gaps = CallGaps()
 
     def feed(self, recorded: Recorded) -> Iterator[EpisodeArrays]:
         topic, msg, log_time, seq = recorded.topic, recorded.msg, recorded.log_time, recorded.sequence
         if topic in (channels.CONFIG_TOPIC, channels.RECORDER_TOPIC):
             return
-        if seq > self._last_seq + 1 and self._last_seq:
+        if self._gaps.gap(seq):
             for env in self.envs.values():  # calls were dropped; we cannot tell whose
                 env.episode.complete = False
-        self._last_seq = max(self._last_seq, seq)
         per_env = channels.split_env_topic(topic)
         if per_env is None:
             if topic == channels.LINK_EVENT_TOPIC and msg.message == "close":

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from plugrl_ros.record import channels
-from plugrl_ros.record.export import EpisodeArrays, observation_part, stack_observations
+from plugrl_ros.record.export import CallGaps, EpisodeArrays, observation_part, stack_observations
 from plugrl_ros.record.read import Recorded, array, labelled
 
 
@@ -69,14 +69,15 @@ class TeleopEpisodeAssembler:
         self.envs: dict[int, _Env] = {}
         self.unfinished = 0
         self.skipped: list[str] = []
-        self._last_seq = 0
+        self._gaps = CallGaps()
 
     def feed(self, recorded: Recorded) -> Iterator[EpisodeArrays]:
         topic, msg, seq = recorded.topic, recorded.msg, recorded.sequence
-        if seq > self._last_seq + 1 and self._last_seq:
+        if topic in (channels.CONFIG_TOPIC, channels.RECORDER_TOPIC):
+            return
+        if self._gaps.gap(seq):
             for env in self.envs.values():  # calls were dropped; we cannot tell whose
                 env.episode.complete = False
-        self._last_seq = max(self._last_seq, seq)
         per_env = channels.split_env_topic(topic)
         if per_env is None:
             return

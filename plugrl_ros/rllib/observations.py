@@ -14,6 +14,7 @@ the runner and its other bridges go on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import gymnasium as gym
@@ -26,6 +27,21 @@ GROUPS = ("states", "images")
 
 class SpaceMismatch(ProtocolError):
     """A bridge's observation does not fit the runner's observation space."""
+
+
+def split_rows(
+    columns: dict[tuple[str, str], np.ndarray], groups: Iterable[str], n: int
+) -> list[dict[str, dict[str, np.ndarray]]]:
+    """Columns ``(group, name) -> [n, ...]`` as n observations ``{group: {name: row}}``."""
+    out = []
+    for row in range(n):
+        item: dict[str, dict[str, np.ndarray]] = {group: {} for group in groups}
+        for (group, name), column in columns.items():
+            # a row of its own: a view would keep the whole received frame alive in every episode that
+            # stores it, and be read-only (the frame's buffer) for connectors that write in place
+            item[group][name] = column[row].copy()
+        out.append(item)
+    return out
 
 
 class ObservationReader:
@@ -57,15 +73,7 @@ class ObservationReader:
         columns: dict[tuple[str, str], np.ndarray] = {}
         for group, name, box in self._boxes:
             columns[group, name] = self._column(observation, group, name, box, n, f"{where}.{group}.{name}")
-        out = []
-        for row in range(n):
-            item: dict[str, dict[str, np.ndarray]] = {group: {} for group in self.space.spaces}
-            for (group, name), column in columns.items():
-                # a row of its own: a view would keep the whole received frame alive in every episode that
-                # stores it, and be read-only (the frame's buffer) for connectors that write in place
-                item[group][name] = column[row].copy()
-            out.append(item)
-        return out
+        return split_rows(columns, self.space.spaces, n)
 
     @staticmethod
     def _column(observation: dict, group: str, name: str, box: gym.spaces.Box, n: int, key: str) -> np.ndarray:

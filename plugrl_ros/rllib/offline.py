@@ -36,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 from plugrl_ros.rllib.interventions import INTERVENED
+from plugrl_ros.rllib.observations import split_rows
 from plugrl_ros.rllib.spaces import RobotSpaces
 
 OBSERVATION_GROUPS = ("states", "images")
@@ -81,13 +82,7 @@ class Observations:
                 columns[group, name] = column.astype(box.dtype)
                 n = len(column)
         assert n is not None
-        out = []
-        for row in range(n):
-            item: dict[str, dict[str, np.ndarray]] = {group: {} for group in self.space.spaces}
-            for (group, name), column in columns.items():
-                item[group][name] = column[row].copy()
-            out.append(item)
-        return out
+        return split_rows(columns, self.space.spaces, n)
 
 
 def train_episodes(arrays: dict[str, np.ndarray], spaces: RobotSpaces, where: str) -> list[RLEpisode]:
