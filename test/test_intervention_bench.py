@@ -16,7 +16,7 @@ pytest.importorskip("ray.rllib")
 
 from test_bench_smoke import run
 
-pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.rllib, pytest.mark.ros, pytest.mark.slow, pytest.mark.alone]
 
 
 @pytest.mark.timeout(600)

@@ -186,6 +186,7 @@ def test_the_replay_buffer_draws_the_demonstration_share_of_every_batch_however_
 
 @pytest.mark.slow
 @pytest.mark.ros
+@pytest.mark.alone
 @pytest.mark.timeout(600)
 def test_bc_learns_from_exported_demonstrations_to_reach_the_target_where_a_random_policy_does_not(tmp_path):
     record, offline = tmp_path / "recording", tmp_path / "offline"
