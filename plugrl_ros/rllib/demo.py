@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -112,9 +113,12 @@ def start_ray() -> None:
     if not ray.is_initialized():
         # on the main thread Ray replaces the SIGTERM handler with one that exits at once: the demo's own
         # (stop_request: stop the bridge, the robot and the learner in order) stays
+        # (only the main thread may set a handler: elsewhere Ray sets none either)
+        main = threading.current_thread() is threading.main_thread()
         ours = signal.getsignal(signal.SIGTERM)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-        signal.signal(signal.SIGTERM, ours)
+        if main:
+            signal.signal(signal.SIGTERM, ours)
     # the terminal shows the progress line: RLlib's notices (new API stack, deprecations) go nowhere
     for name in [n for n in logging.root.manager.loggerDict if n == "ray" or n.startswith("ray.")]:
         logging.getLogger(name).setLevel(logging.ERROR)
