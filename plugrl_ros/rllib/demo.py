@@ -95,10 +95,10 @@ def demo_config(params_file: str | Path, *, port: int, seed: int = 0, host: str 
 
 
 def start_ray() -> None:
-    """Ray for the demo's learner, in this process, sized for a small machine; call it on the main thread.
+    """Ray for the demo's learner, in this process, sized for a small machine (best on the main thread).
 
-    Started from another thread (the trainer's), ``ray.init`` was seen to hang in Ray's core worker
-    set-up, holding the interpreter lock: the whole process froze, its start-up timeout included.
+    In a Python started with -S, ``ray.init`` hung in Ray's core worker set-up, holding the interpreter
+    lock (its workers, started with -S too, could not import Ray): that is refused here, loudly.
     """
     if sys.flags.no_site:  # Ray would start its workers with -S too, and they could not import Ray
         raise RuntimeError(
