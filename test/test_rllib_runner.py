@@ -8,6 +8,7 @@ robots drive the runner in test_rllib_bridge.py.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 
 import numpy as np
@@ -285,6 +286,21 @@ def test_serving_during_updates_answers_without_a_sample_and_counts_the_steps_fo
 
     episodes = run(scenario)
     assert sum(len(e) for e in episodes) == 3
+
+
+def test_serving_during_updates_shortens_the_interpreters_switch_interval_and_only_then(runner):
+    default = sys.getswitchinterval()
+    try:
+        runner(serve_during_updates=False)
+        assert sys.getswitchinterval() == default
+        runner(serve_during_updates=True, switch_interval_s=None)
+        assert sys.getswitchinterval() == default
+        runner(serve_during_updates=True)  # the answers wait at most 0.5 ms for the lock, not 5 ms
+        assert sys.getswitchinterval() == pytest.approx(0.0005)
+        runner(serve_during_updates=True, switch_interval_s=0.002)  # lowered only, never raised
+        assert sys.getswitchinterval() == pytest.approx(0.0005)
+    finally:
+        sys.setswitchinterval(default)
 
 
 @pytest.mark.parametrize("asked", ["explore=False", "random_actions=True"])

@@ -44,6 +44,7 @@ def test_a_site_runner_listens_on_the_sites_fixed_port_whatever_its_worker_index
         ({"horizon": 0}, r'\["horizon"\]: got 0'),
         ({"sample_wait_s": -1}, r'\["sample_wait_s"\]: got -1'),
         ({"serve_during_updates": "yes"}, r'\["serve_during_updates"\]: got .yes.'),
+        ({"switch_interval_s": 0}, r'\["switch_interval_s"\]: got 0; expected None or seconds in \(0, 1\]'),
         ({"site_label": ""}, r'\["site_label"\]: got \'\'; expected None or the name of a Ray node label'),
     ],
 )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -214,6 +215,9 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 self.port,
             )
             if self.settings.serve_during_updates:
+                interval = self.settings.switch_interval_s
+                if interval is not None and interval < sys.getswitchinterval():
+                    sys.setswitchinterval(interval)  # the robots' answers wait less behind the learner's Python
                 self._answering = True
                 self._serving_thread = threading.Thread(
                     target=self._serve_always, name="plugrl-rllib-serve", daemon=True

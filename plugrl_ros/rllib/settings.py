@@ -39,6 +39,12 @@ class RunnerSettings:
     # the learner's update and every step of a batch comes from the weights it is trained on.
     # True: robots are answered through updates too, with whatever weights the runner holds.
     serve_during_updates: bool = False
+    # With serve_during_updates: the Python interpreter's thread switch interval in the runner's
+    # process (sys.setswitchinterval), the longest a thread waits for the interpreter lock while
+    # another runs Python. An answer needs the lock four times (the websocket thread and the serving
+    # thread, twice each); beside a learner's Python at the default 5 ms, that can take a whole
+    # 20 ms control tick. Lowered only, never raised; None leaves the interpreter's setting.
+    switch_interval_s: float | None = 0.0005
     # Close a connection whose feedback is this late after an action, as a PlugRL server does.
     feedback_timeout_s: float = PROTOCOL_FEEDBACK_TIMEOUT_S
     # RLlib's evaluation runners (evaluation_interval set) are runners too, numbered like the
@@ -66,6 +72,12 @@ class RunnerSettings:
         _check(_is_int(self.horizon) and self.horizon >= 1, "horizon", self.horizon, "an integer of at least 1")
         _check(_is_number(self.sample_wait_s) and self.sample_wait_s > 0, "sample_wait_s", self.sample_wait_s, "> 0")
         _check(isinstance(self.serve_during_updates, bool), "serve_during_updates", self.serve_during_updates, "a bool")
+        _check(
+            self.switch_interval_s is None or (_is_number(self.switch_interval_s) and 0 < self.switch_interval_s <= 1),
+            "switch_interval_s",
+            self.switch_interval_s,
+            "None or seconds in (0, 1]",
+        )
         _check(
             self.evaluation_port is None or (_is_int(self.evaluation_port) and 0 <= self.evaluation_port <= 65535),
             "evaluation_port",
