@@ -375,7 +375,25 @@ def sac_timer(seeds: int, steps: int, minutes: float, tmp: Path, learners: int) 
                      "runner_idle_share": statistics.median(result.robot_idle_share) if result.robot_idle_share
                      else None})  # fmt: skip
         print(f"sac timer, seed {seed}: idle {idle}", flush=True)
-    return {"env": SAC_ENV, "rate_hz": TIMER_RATE_HZ, "runs": runs, "learners": learners}
+    return {"env": SAC_ENV, "rate_hz": TIMER_RATE_HZ, "runs": runs, "learners": learners,
+            "switch_interval_ms": switch_interval_ms()}  # fmt: skip
+
+
+def switch_interval_ms() -> float:
+    """The serving runner's thread switch interval in its process: ``RunnerSettings.switch_interval_s`` (the
+    driver keeps the default), or Python's own where the runner leaves the interpreter's setting."""
+    from plugrl_ros.rllib import RunnerSettings
+
+    chosen = getattr(RunnerSettings(), "switch_interval_s", None)
+    return 1000 * (chosen if chosen is not None else sys.getswitchinterval())
+
+
+def timer_setup(section: dict[str, Any]) -> str:
+    """How a sac-timer section ran: where the learner was, and the runner process's thread switch interval."""
+    where = f"{section['learners']} learner process(es) of its own" if section.get("learners") else (
+        "the learner in the driver's process")  # fmt: skip
+    interval = section.get("switch_interval_ms")
+    return where + ("" if interval is None else f", thread switch interval {interval:g} ms")
 
 
 SAC_SETTINGS_LEARNING_STARTS = 256  # num_steps_sampled_before_learning_starts of the tuned SAC
@@ -385,12 +403,7 @@ def sac_timer_table(section: dict[str, Any]) -> str:
     runs = section["runs"]
     lines = [
         f"### RLlib SAC through ROS in real time ({section['env']}, plugrl-gym-robot in timer mode at "
-        f"{section['rate_hz']:g} Hz, serve_during_updates, {len(runs)} seed(s), "
-        + (
-            "the learner in the driver's process)"
-            if not section.get("learners")
-            else f"{section['learners']} learner process(es) of its own)"
-        ),
+        f"{section['rate_hz']:g} Hz, serve_during_updates, {len(runs)} seed(s), {timer_setup(section)})",
         "",
     ]
     head = ("seed", "minutes", "env steps", "return, first 5 episodes", "return, last 5 episodes",
@@ -438,6 +451,8 @@ def plot(results: dict[str, Any], path: Path) -> bool:
         else:
             for timer in timer_sections(results):
                 where = f"{timer['learners']} learner process" if timer.get("learners") else "learner in the driver"
+                if timer.get("switch_interval_ms") is not None:
+                    where += f", switch interval {timer['switch_interval_ms']:g} ms"
                 for r in timer["runs"]:
                     if r["episodes"]:
                         t, ret = zip(*r["episodes"])

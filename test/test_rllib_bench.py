@@ -32,3 +32,20 @@ def test_sac_runs_through_rllibs_own_runner_and_through_ros_and_the_table_compar
         ((figures,),) = [sac["per_step"][path]]
         assert figures["steps"] > 0 and figures["wall"] > 0
     assert plot.stat().st_size > 10_000
+
+
+def test_a_timer_table_says_the_runners_thread_switch_interval_and_an_older_result_renders_without_it():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_rllib
+
+    run_ = {"seed": 0, "minutes": 1.0, "steps": 3000, "episodes": [(0.5, -900.0)], "idle_share": 0.1,
+            "idle_share_learning": 0.1}  # fmt: skip
+    section = {"env": "Pendulum-v1", "rate_hz": 50.0, "runs": [run_], "learners": 1}
+    assert bench_rllib.switch_interval_ms() == pytest.approx(0.5)  # the runner's default, which the driver keeps
+    table = bench_rllib.sac_timer_table({**section, "switch_interval_ms": 0.5})
+    assert "1 learner process(es) of its own, thread switch interval 0.5 ms)" in table
+    assert "| 0 | 1.0 | 3,000 | -900.0 | -900.0 | 10.0% | 10.0% |" in table
+    assert bench_rllib.sac_timer_table(section).splitlines()[0].endswith("1 learner process(es) of its own)")
