@@ -380,20 +380,24 @@ def sac_timer(seeds: int, steps: int, minutes: float, tmp: Path, learners: int) 
 
 
 def switch_interval_ms() -> float:
-    """The serving runner's thread switch interval in its process: ``RunnerSettings.switch_interval_s`` (the
-    driver keeps the default), or Python's own where the runner leaves the interpreter's setting."""
+    """The serving runner's thread switch interval in its process: ``RunnerSettings.switch_interval_s``'s
+    default, which the driver keeps."""
     from plugrl_ros.rllib import RunnerSettings
 
-    chosen = getattr(RunnerSettings(), "switch_interval_s", None)
-    return 1000 * (chosen if chosen is not None else sys.getswitchinterval())
+    return 1000 * (RunnerSettings().switch_interval_s or sys.getswitchinterval())
+
+
+def interval_note(section: dict[str, Any]) -> str:
+    """``, thread switch interval X ms`` for a sac-timer section that recorded it (older results did not)."""
+    interval = section.get("switch_interval_ms")
+    return "" if interval is None else f", thread switch interval {interval:g} ms"
 
 
 def timer_setup(section: dict[str, Any]) -> str:
     """How a sac-timer section ran: where the learner was, and the runner process's thread switch interval."""
     where = f"{section['learners']} learner process(es) of its own" if section.get("learners") else (
         "the learner in the driver's process")  # fmt: skip
-    interval = section.get("switch_interval_ms")
-    return where + ("" if interval is None else f", thread switch interval {interval:g} ms")
+    return where + interval_note(section)
 
 
 SAC_SETTINGS_LEARNING_STARTS = 256  # num_steps_sampled_before_learning_starts of the tuned SAC
@@ -451,8 +455,7 @@ def plot(results: dict[str, Any], path: Path) -> bool:
         else:
             for timer in timer_sections(results):
                 where = f"{timer['learners']} learner process" if timer.get("learners") else "learner in the driver"
-                if timer.get("switch_interval_ms") is not None:
-                    where += f", switch interval {timer['switch_interval_ms']:g} ms"
+                where += interval_note(timer)
                 for r in timer["runs"]:
                     if r["episodes"]:
                         t, ret = zip(*r["episodes"])
