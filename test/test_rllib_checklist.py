@@ -1,11 +1,13 @@
 """PlugRLEnvRunner against the server checklist (docs/protocol.md), as the demo trainer is held to it.
 
 The checklist's tests (test/server_checklist.py, on real websockets) against a
-runner whose ``sample()`` a thread calls over and over, as an algorithm does.
+runner whose ``sample()`` a thread calls over and over, as an algorithm does: answering inside
+``sample()``, and on its serving thread through updates (``serve_during_updates``).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -22,11 +24,12 @@ from server_checklist import (  # noqa: F401 (the checklist's tests, collected h
 pytestmark = [pytest.mark.rllib, pytest.mark.websockets]
 
 
-@pytest.fixture(scope="module")
-def port():
+@pytest.fixture(scope="module", params=[False, True], ids=["answering-in-sample", "serving-during-updates"])
+def port(request):
     from rllib_client import make_runner
 
-    runner = make_runner(horizon=3, sample_wait_s=0.5)
+    interval = sys.getswitchinterval()  # a serving runner lowers it for its process: this one is the tests' too
+    runner = make_runner(horizon=3, sample_wait_s=0.5, serve_during_updates=request.param)
     done = threading.Event()
 
     def algorithm() -> None:
@@ -39,3 +42,4 @@ def port():
     done.set()
     thread.join(10.0)
     runner.stop()
+    sys.setswitchinterval(interval)
