@@ -7,6 +7,8 @@ and callback functions, as users write them (``config.callbacks(...)``).
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 pytest.importorskip("ray.rllib")
@@ -41,6 +43,7 @@ def recording_callbacks(calls: list[dict]) -> type[RLlibCallback]:
                 "done": episode.is_done,
                 "last_obs": episode.get_observations(-1).tolist() if episode.is_reset else None,
                 "prev_chunks": [len(c) for c in kwargs.get("prev_episode_chunks", [])],
+                "thread": threading.current_thread().name,
             }
         )
 
@@ -124,6 +127,10 @@ def test_episode_callbacks_are_called_where_rllibs_runner_calls_them_with_its_ar
     last = episode_calls[-1]
     assert last["done"] and last["prev_chunks"] == [2] and last["id"] in {e.id_ for e in first}
     assert functions == [1, 1]  # callback functions are called as well, at the same points
+    # a feedback is handled where it is read, on the runner's websocket thread: no hand-over to sample()'s thread
+    assert {c["thread"] for c in episode_calls if c["name"] in ("on_episode_step", "on_episode_end")} == {
+        "plugrl-rllib-link"
+    }
     # on_sample_end once per sample() call, with what it returns
     assert [(c["steps"], c["runner"]) for c in calls if c["name"] == "on_sample_end"] == [(3, r), (1, r)]
     assert sum(len(e) for e in second) == 1

@@ -1,7 +1,7 @@
 """A training run survives its driver's crash: SIGKILL, restart from the last checkpoint, the same bridge reconnects.
 
 Real processes: the demo robot node, a bridge with the shipped config/demo.yaml,
-and an RLlib driver (test/rllib_driver.py: the demo's PPO through a PlugRL runner,
+and an RLlib driver (test/rllib_restart_driver.py: the demo's PPO through a PlugRL runner,
 a checkpoint after every iteration) that is killed with SIGKILL mid-run and
 started again with the same command.
 """
@@ -50,7 +50,7 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint_and_the_bridge_reconne
 
 
 def _run(port: int, folder: Path) -> None:
-    driver = [sys.executable, str(HERE / "rllib_driver.py"), str(port), str(folder)]
+    driver = [sys.executable, str(HERE / "rllib_restart_driver.py"), str(port), str(folder)]
     env = dict(ros_env(), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     with process(robot(1)), process(bridge("bridge_restart", port, ["reacher0"])) as bridged:
         first = Child(driver, env, session=True)
@@ -96,7 +96,7 @@ def test_rllibs_three_checkpoint_apis_carry_the_runners_filter_statistics_and_we
     from ray.rllib.algorithms.algorithm import Algorithm
     from ray.rllib.core import COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_RL_MODULE
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
-    from rllib_driver import CONFIG, digest
+    from rllib_restart_driver import CONFIG, digest
 
     from plugrl_ros.rllib.demo import demo_config
 

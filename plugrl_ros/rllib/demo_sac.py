@@ -2,8 +2,8 @@
 
 The same robots, bridge config and runner as the PPO demo
 (:mod:`plugrl_ros.rllib.demo`), with the settings a robot stepping in real
-time needs from an off-policy learner: the runner answers the robots on a
-thread of its own through every learner update (``serve_during_updates``), so
+time needs from an off-policy learner: the runner answers the robots
+through every learner update (``serve_during_updates``), so
 the robots never wait for the learner; ``sample()`` hands the learner what
 they did since its last call; the replay buffer (on the learner's side) keeps
 every step. docs/rllib.md ("SAC on a robot stepping in real time") explains

@@ -5,7 +5,8 @@ RLlib's algorithms call ``sample()``, ``get_state``/``set_state``,
 behind them. Behind this one are robots: bridges connect to its websocket
 (:mod:`plugrl_ros.rllib.link`, runner i on ``port + i``), ask for actions
 with infers and report chunks with feedback. Inference happens here, on the
-server side, through RLlib's own connector pipelines and RLModule
+server side and on the websocket's thread as each infer is read (no hand-over
+between threads on a step), through RLlib's own connector pipelines and RLModule
 (:mod:`plugrl_ros.rllib.inference`); feedback becomes ``SingleAgentEpisode``s
 (:mod:`plugrl_ros.rllib.robot_episodes`) that ``sample()`` returns with
 RLlib's cut and lookback semantics. A robot needs no torch, no RLlib and no
@@ -16,7 +17,7 @@ call has its steps it answers no new infer, waits for the actions in flight
 to come back, and returns, so the robots wait (the bridge's idle behaviour
 keeps them safe) while the learner updates, and every step of a batch comes
 from the weights it is trained on. ``serve_during_updates`` keeps answering
-on a thread of its own, with the weights the runner holds at the time.
+through the learner's updates, with the weights the runner holds at the time.
 ``sample()`` returns after ``sample_wait_s`` at the latest, with whatever it
 has (maybe nothing: no robot is connected), below RLlib's
 ``sample_timeout_s``, past which RLlib would drop it.
@@ -25,12 +26,11 @@ has (maybe nothing: no robot is connected), below RLlib's
 from __future__ import annotations
 
 import logging
-import queue
 import sys
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +78,7 @@ log = logging.getLogger("plugrl_ros.rllib")
 
 SERVER_NAME = "plugrl-ros-rllib"
 METRICS_KEY = "plugrl"  # the runner's own figures, under this key of the env runners' results
-_SERVING_POLL_S = 0.2
+_WAKE_S = 0.2  # a waiting sample() looks at stop() and the server this often
 EPISODE_LOG_LENGTH = 100_000
 
 
@@ -147,13 +147,14 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         self._time_after_sampling: float | None = None
         self.episodes_to_numpy = self.config.episodes_to_numpy
 
-        # what the events build; guarded by _lock (serve_during_updates answers on another thread)
+        # what the events build; guarded by _lock (the websocket thread handles them as they come)
         self._lock = threading.RLock()
         self._progress = threading.Condition(self._lock)
         self._links: dict[int, RobotEpisodes] = {}
         self._deferred: list[Inferred] = []  # infers read while not answering (on-policy timing)
         self._failed: set[int] = set()  # connections closed after a failure, until their Closed event
         self._answering = False
+        self._target: Callable[[], bool] | None = None  # the running sample()'s: has it got what it asked?
         self._explore = bool(self.config.explore)
         self._random_actions = False
         self._steps = 0  # RL steps fed back since the last sample returned
@@ -163,7 +164,6 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         self.episode_log: deque[RobotEpisode] = deque(maxlen=EPISODE_LOG_LENGTH)
 
         self.figures = LinkFigures()
-        self._events: queue.Queue[Event] = queue.Queue()
         # The local runner of an algorithm with remote ones samples nothing: it listens only when it is
         # the sampler, as RLlib's own runner builds its env only then.
         self.serving = self.worker_index > 0 or self.config.num_env_runners == 0
@@ -171,7 +171,6 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         # evaluation's): they listen on ports of their own
         self.evaluation = bool(self.config.in_evaluation)
         self._server: BridgeServer | None = None
-        self._serving_thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self.port: int | None = None
         # the robots' site this runner serves (site_label set): its node's, never its index's
@@ -185,7 +184,7 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 requested_port,
                 self._reader,
                 self.metadata(),
-                self._events,
+                self._on_event,
                 self.figures,
                 self.settings.feedback_timeout_s,
                 self.settings.access,
@@ -219,10 +218,6 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 if interval is not None and interval < sys.getswitchinterval():
                     sys.setswitchinterval(interval)  # the robots' answers wait less behind the learner's Python
                 self._answering = True
-                self._serving_thread = threading.Thread(
-                    target=self._serve_always, name="plugrl-rllib-serve", daemon=True
-                )
-                self._serving_thread.start()
 
     @property
     def _name(self) -> str:
@@ -251,9 +246,6 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         if self.serving:
             assert self._server is not None and self._server.listening, (
                 f"runner {self.worker_index} is not listening for bridges"
-            )
-            assert self._serving_thread is None or self._serving_thread.is_alive() or self._stopped.is_set(), (
-                f"runner {self.worker_index}'s serving thread (serve_during_updates) has ended"
             )
 
     def _check_server(self) -> None:
@@ -310,28 +302,31 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 f"runner {self.worker_index} serves no robots: with num_env_runners > 0 the remote runners do"
             )
         assert not (num_timesteps is not None and num_episodes is not None)
-        self._check_server()
-        if self._time_after_sampling is not None:
-            self.metrics.log_value(TIME_BETWEEN_SAMPLING, time.perf_counter() - self._time_after_sampling)
-        self.metrics.log_value(WEIGHTS_SEQ_NO, self._weights_seq_no, window=1)
-        with self.metrics.log_time(SAMPLE_TIMER):
-            explore = self.config.explore if explore is None else explore
-            if num_timesteps is None and num_episodes is None:
-                if self.config.batch_mode == "truncate_episodes":
-                    num_timesteps = self.config.get_rollout_fragment_length(self.worker_index) * max(
-                        1, self.config.num_envs_per_env_runner
-                    )
-                else:
-                    num_episodes = max(1, self.config.num_envs_per_env_runner)
-            samples = self._sample(num_timesteps, num_episodes, bool(explore), random_actions)
-            make_callback(
-                "on_sample_end",
-                callbacks_objects=self._callbacks,
-                callbacks_functions=self.config.callbacks_on_sample_end,
-                kwargs={"env_runner": self, "metrics_logger": self.metrics, "samples": samples},
-            )
-        self._time_after_sampling = time.perf_counter()
-        return samples
+        # RLlib's metrics logger is not thread-safe: what this call logs, and the on_sample_end callbacks, hold
+        # the lock that the websocket thread's handling holds (the wait inside releases it)
+        with self._lock:
+            self._check_server()
+            if self._time_after_sampling is not None:
+                self.metrics.log_value(TIME_BETWEEN_SAMPLING, time.perf_counter() - self._time_after_sampling)
+            self.metrics.log_value(WEIGHTS_SEQ_NO, self._weights_seq_no, window=1)
+            with self.metrics.log_time(SAMPLE_TIMER):
+                explore = self.config.explore if explore is None else explore
+                if num_timesteps is None and num_episodes is None:
+                    if self.config.batch_mode == "truncate_episodes":
+                        num_timesteps = self.config.get_rollout_fragment_length(self.worker_index) * max(
+                            1, self.config.num_envs_per_env_runner
+                        )
+                    else:
+                        num_episodes = max(1, self.config.num_envs_per_env_runner)
+                samples = self._sample(num_timesteps, num_episodes, bool(explore), random_actions)
+                make_callback(
+                    "on_sample_end",
+                    callbacks_objects=self._callbacks,
+                    callbacks_functions=self.config.callbacks_on_sample_end,
+                    kwargs={"env_runner": self, "metrics_logger": self.metrics, "samples": samples},
+                )
+            self._time_after_sampling = time.perf_counter()
+            return samples
 
     def _sample(
         self, num_timesteps: int | None, num_episodes: int | None, explore: bool, random_actions: bool
@@ -343,55 +338,56 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 return self._steps >= num_timesteps
             return len(self._ended) >= (num_episodes or 0)
 
-        if self._serving_thread is not None:
-            with self._progress:
-                # this call's settings hold for the answers given while it waits; between calls, the config's
-                self._explore, self._random_actions = explore, random_actions
-                try:
-                    self._progress.wait_for(enough, timeout=max(0.0, deadline - time.monotonic()))
-                    return self._collect(cut=num_timesteps is not None)
-                finally:
-                    self._explore, self._random_actions = bool(self.config.explore), False
-        with self._lock:
+        serving_always = self.settings.serve_during_updates
+        with self._progress:
+            # this call's settings hold for the answers given while it waits; between calls, the config's
             self._explore, self._random_actions = explore, random_actions
-            self._answering = True
-            self.figures.resume()
+            self._target = enough
             try:
-                deferred, self._deferred = self._deferred, []
-                for event in deferred:
-                    self._handle_safely(event)
-                while True:
-                    if enough():
-                        # on-policy: no new action now; the ones in flight come back before the update
-                        self._answering = False
-                        if not any(robots.holding for robots in self._links.values()):
-                            break
+                if not serving_always:
+                    self._answering = True
+                    self.figures.resume()
+                    deferred, self._deferred = self._deferred, []
+                    for event in deferred:
+                        self._handle_safely(event)
+                # the websocket thread handles what comes from here on, and wakes this one when it is enough
+                while not self._sampled():
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or self._stopped.is_set():
                         break
-                    try:
-                        event = self._events.get(timeout=remaining)
-                    except queue.Empty:
-                        break
-                    self._handle_safely(event)
+                    self._progress.wait(min(remaining, _WAKE_S))
+                    self._check_server()
             finally:
-                # whatever happened, the robots are not answered until the next call
-                self._answering = False
-                self.figures.pause()
+                self._target = None
+                self._explore, self._random_actions = bool(self.config.explore), False
+                if not serving_always:
+                    # whatever happened, the robots are not answered until the next call
+                    self._answering = False
+                    self.figures.pause()
             return self._collect(cut=num_timesteps is not None)
 
-    def _serve_always(self) -> None:
-        """serve_during_updates: answer every event as it comes, whatever the learner does."""
-        while not self._stopped.is_set():
-            try:
-                event = self._events.get(timeout=_SERVING_POLL_S)
-            except queue.Empty:
-                continue
-            with self._progress:
-                self._handle_safely(event)
-                self._progress.notify_all()
+    def _sampled(self) -> bool:
+        """Whether the running ``sample()`` has what it waits for (under the lock, on either thread).
+
+        With on-policy timing, reaching its steps also ends the answering: no
+        new action goes out, and the call waits for the ones in flight to come
+        back before the learner updates.
+        """
+        if self._target is None or not self._target():
+            return False
+        if self.settings.serve_during_updates:
+            return True
+        self._answering = False
+        return not any(robots.holding for robots in self._links.values())
 
     # -- events -----------------------------------------------------------------------------
+
+    def _on_event(self, event: Event) -> None:
+        """Every checked event, handled on the websocket thread as it arrives; a sample() that has enough is woken."""
+        with self._progress:
+            self._handle_safely(event)
+            if self._sampled():
+                self._progress.notify_all()
 
     def _handle_safely(self, event: Event) -> None:
         """Handle one event; if that fails, only its connection goes (closed for a resync), never the runner."""
@@ -598,5 +594,3 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
         self._stopped.set()
         if self._server is not None:
             self._server.stop()
-        if self._serving_thread is not None:
-            self._serving_thread.join(2 * _SERVING_POLL_S + 1.0)

@@ -1,15 +1,16 @@
-"""What the websocket thread hands the sampling thread: checked protocol events, in arrival order.
+"""What the websocket thread hands the EnvRunner: checked protocol events, in arrival order.
 
 The websocket thread (:mod:`plugrl_ros.rllib.link`) checks every frame
-against the protocol and the observation space, then queues one of these; the
-EnvRunner consumes them in order on the thread that samples. An infer carries
-an :class:`Answer` that the sampling thread fills with the action chunk and the
-websocket thread sends.
+against the protocol and the observation space, then has the EnvRunner handle
+one of these, on that thread. An infer carries an :class:`Answer` that the
+EnvRunner fills with the action chunk, right away or later from the thread
+that samples, and the websocket thread sends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -25,11 +26,16 @@ class Answer:
     """The action chunk for one infer, delivered from any thread to the connection's event loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Made on ``loop``'s thread, as the infer is read."""
         self._loop = loop
+        self._loop_thread = threading.get_ident()
         self.future: asyncio.Future[np.ndarray] = loop.create_future()
 
     def deliver(self, chunk: np.ndarray) -> None:
         """Hand over the chunk ``[H, n, da]`` (thread-safe; nothing happens if the connection or the server is gone)."""
+        if threading.get_ident() == self._loop_thread:
+            self._set(chunk)  # answered as it was read: no wake-up of the loop needed
+            return
         try:
             self._loop.call_soon_threadsafe(self._set, chunk)
         except RuntimeError:

@@ -8,11 +8,13 @@ feedback only while it holds an action, ``reuse-feedback-obs`` offered, an
 observation space here too (:mod:`plugrl_ros.rllib.observations`), so a
 broken rule or a frame unlike the declared spaces closes that connection with
 ``plugrl-server-resync`` before anything reaches an episode, and the other
-bridges go on. Checked messages become events on a queue for the sampling
-thread; an infer's action comes back through its :class:`Answer`. A
-connection whose feedback is later than ``feedback_timeout_s`` after an action
-is closed (``Feedback timeout``), and :meth:`BridgeServer.stop` ends the run
-for every bridge with ``plugrl-server-stop``.
+bridges go on. Checked messages become events that the runner handles right
+here, on this thread (``on_event``): an infer answered at once goes out without
+leaving the thread; one the runner answers later (on-policy timing, after the
+learner's update) comes back through its :class:`Answer`. A connection whose
+feedback is later than ``feedback_timeout_s`` after an action is closed
+(``Feedback timeout``), and :meth:`BridgeServer.stop` ends the run for every
+bridge with ``plugrl-server-stop``.
 
 While an infer waits for its answer (with on-policy timing, through the
 learner's update) nothing is read from that connection; no keepalive pings
@@ -24,9 +26,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import queue
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ _CLOSE_TIMEOUT_S = 5.0
 
 
 class BridgeServer:
-    """Serves PlugRL to bridges on its own thread; hands checked events to ``events``."""
+    """Serves PlugRL to bridges on its own thread; hands checked events to ``on_event``, on that thread."""
 
     def __init__(
         self,
@@ -60,7 +61,7 @@ class BridgeServer:
         port: int,
         reader: ObservationReader,
         metadata: Mapping[str, Any],
-        events: queue.Queue[Event],
+        on_event: Callable[[Event], None],
         figures: LinkFigures,
         feedback_timeout_s: float,
         access: ServerAccess | None = None,
@@ -69,7 +70,7 @@ class BridgeServer:
         self.access = access
         self.reader = reader
         self.metadata = dict(metadata)
-        self.events = events
+        self.on_event = on_event  # never raises: a failure is the runner's to log and resync
         self.figures = figures
         self.feedback_timeout_s = feedback_timeout_s
         self._requested_port = port
@@ -148,7 +149,7 @@ class BridgeServer:
         link = next(self._links)
         self._connections[link] = ws
         self.figures.opened(link)
-        self.events.put(Connected(link, str(ws.remote_address)))
+        self.on_event(Connected(link, str(ws.remote_address)))
         log.info("bridge %d connected from %s", link, ws.remote_address)
         connection = TrainerConnection(strict=True)
         try:
@@ -159,7 +160,7 @@ class BridgeServer:
         finally:
             self._connections.pop(link, None)
             self.figures.closed(link)
-            self.events.put(Closed(link))
+            self.on_event(Closed(link))
 
     async def _resync(self, link: int) -> None:
         ws = self._connections.get(link)
@@ -191,10 +192,10 @@ class BridgeServer:
                     await ws.close(1001, RESYNC_REASON)
                     return
                 if isinstance(event, FedBack):
-                    self.events.put(event)
+                    self.on_event(event)
                     continue
                 self.figures.infer_read(link, event.envs, read_at)
-                self.events.put(event)
+                self.on_event(event)
                 chunk = await _answer_or_close(event.answer, closed)
                 if chunk is None:
                     return

@@ -41,9 +41,9 @@ class RunnerSettings:
     serve_during_updates: bool = False
     # With serve_during_updates: the Python interpreter's thread switch interval in the runner's
     # process (sys.setswitchinterval), the longest a thread waits for the interpreter lock while
-    # another runs Python. An answer needs the lock four times (the websocket thread and the serving
-    # thread, twice each); beside a learner's Python at the default 5 ms, that can take a whole
-    # 20 ms control tick. Lowered only, never raised; None leaves the interpreter's setting.
+    # another runs Python. The websocket thread takes it again after every wait for a frame or a
+    # send; beside the driver's Python at the default 5 ms, a step's waits can fill a 20 ms control
+    # tick. Lowered only, never raised; None leaves the interpreter's setting.
     switch_interval_s: float | None = 0.0005
     # Close a connection whose feedback is this late after an action, as a PlugRL server does.
     feedback_timeout_s: float = PROTOCOL_FEEDBACK_TIMEOUT_S

@@ -1,6 +1,6 @@
 """An RLlib driver as a process of its own, for the restart test: PPO through a runner, a checkpoint per iteration.
 
-    python rllib_driver.py PORT FOLDER   (the demo robots' spaces from config/demo.yaml, H = 1)
+    python rllib_restart_driver.py PORT FOLDER   (the demo robots' spaces from config/demo.yaml, H = 1)
 
 Builds the demo's PPO (smaller batches), prints the fresh weights' digest, resumes
 from the latest checkpoint in FOLDER if there is one (printing what it restored),
