@@ -30,7 +30,8 @@ Parts:
 * ``sac-timer``: the same SAC with the robot in timer mode at 50 Hz (stepping
   in real time, as hardware does) and ``serve_during_updates``: the return
   against wall-clock minutes, and the robot's idle share (control ticks
-  without a step: 1 - env steps ÷ (50 Hz x time)).
+  without a step: 1 - H x RL steps ÷ (50 Hz x time)); ``--timer-horizon H``
+  runs it with chunks of H control steps (one RL step, one decision each).
 """
 
 from __future__ import annotations
@@ -105,20 +106,20 @@ def state_dims(env_id: str) -> str:
 
 def run(
     algorithm: str, path: str, env_id: str, copies: int, seed: int, steps: int, tmp: Path,
-    timer: bool = False, seconds: float = 0.0, learners: int = 0,
+    timer: bool = False, seconds: float = 0.0, learners: int = 0, horizon: int = 1,
 ) -> Run:  # fmt: skip
     """One training run of ``algorithm`` through ``path``; the driver's records and the clients' CPU."""
     from plugrl_ros import executables
 
     mode = "timer" if timer else "lockstep"
     params = bridge_config(env_id, copies, mode, tmp)
-    out = tmp / f"run_{algorithm}_{path}_{copies}_{seed}_{mode}{'_learner' if learners else ''}.json"
+    out = tmp / f"run_{algorithm}_{path}_{copies}_{seed}_{mode}{'_learner' if learners else ''}_h{horizon}.json"
     out.unlink(missing_ok=True)
     driver_args = [
         "--algorithm", algorithm, "--runner", "own" if path == "own" else "plugrl", "--env", env_id,
         "--params-file", str(params), "--state-dims", state_dims(env_id), "--copies", str(copies),
         "--seed", str(seed), "--steps", str(steps), "--seconds", str(seconds), "--out", str(out),
-        "--learners", str(learners),
+        "--learners", str(learners), "--horizon", str(horizon),
     ]  # fmt: skip
     if timer:
         driver_args.append("--serve-during-updates")
@@ -359,24 +360,30 @@ def sac_table(section: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def sac_timer(seeds: int, steps: int, minutes: float, tmp: Path, learners: int) -> dict[str, Any]:
+def sac_timer(seeds: int, steps: int, minutes: float, tmp: Path, learners: int, horizon: int = 1) -> dict[str, Any]:
     runs = []
     for seed in range(seeds):
-        result = run("sac", "ros", SAC_ENV, 1, seed, steps, tmp, timer=True, seconds=minutes * 60, learners=learners)
+        result = run("sac", "ros", SAC_ENV, 1, seed, steps, tmp, timer=True, seconds=minutes * 60, learners=learners,
+                     horizon=horizon)  # fmt: skip
         its = result.iterations
         t0 = its[0]["t"]
-        # idle ticks: over the whole run, and over the windows the learner updated in (iterations after warm-up)
-        learning = [it for it in its if it["steps"] >= SAC_SETTINGS_LEARNING_STARTS]
-        span = [(its[0], its[-1])] + ([(learning[0], learning[-1])] if len(learning) > 1 else [])
-        idle = [max(0.0, 1 - (b["steps"] - a["steps"]) / (TIMER_RATE_HZ * (b["t"] - a["t"]))) for a, b in span]
+        idle = idle_shares(its, horizon)
         curve = [((t - t0) / 60, ret) for t, ret, _ in result.episodes]
         runs.append({"seed": seed, "steps": its[-1]["steps"], "minutes": (its[-1]["t"] - t0) / 60,
                      "idle_share": idle[0], "idle_share_learning": idle[-1], "episodes": curve,
                      "runner_idle_share": statistics.median(result.robot_idle_share) if result.robot_idle_share
                      else None})  # fmt: skip
         print(f"sac timer, seed {seed}: idle {idle}", flush=True)
-    return {"env": SAC_ENV, "rate_hz": TIMER_RATE_HZ, "runs": runs, "learners": learners,
+    return {"env": SAC_ENV, "rate_hz": TIMER_RATE_HZ, "runs": runs, "learners": learners, "horizon": horizon,
             "switch_interval_ms": switch_interval_ms()}  # fmt: skip
+
+
+def idle_shares(iterations: list[dict[str, float]], horizon: int) -> list[float]:
+    """The control ticks without a step: over the whole run, then over the iterations the learner updated in
+    (after warm-up), if there were two. RLlib counts RL steps, each a chunk of ``horizon`` control steps."""
+    learning = [it for it in iterations if it["steps"] >= SAC_SETTINGS_LEARNING_STARTS]
+    spans = [(iterations[0], iterations[-1])] + ([(learning[0], learning[-1])] if len(learning) > 1 else [])
+    return [max(0.0, 1 - horizon * (b["steps"] - a["steps"]) / (TIMER_RATE_HZ * (b["t"] - a["t"]))) for a, b in spans]
 
 
 def switch_interval_ms() -> float:
@@ -394,10 +401,11 @@ def interval_note(section: dict[str, Any]) -> str:
 
 
 def timer_setup(section: dict[str, Any]) -> str:
-    """How a sac-timer section ran: where the learner was, and the runner process's thread switch interval."""
+    """How a sac-timer section ran: the chunk's length, where the learner was, and the runner process's thread
+    switch interval (results from before chunks were a setting ran at H = 1)."""
     where = f"{section['learners']} learner process(es) of its own" if section.get("learners") else (
         "the learner in the driver's process")  # fmt: skip
-    return where + interval_note(section)
+    return f"H = {section.get('horizon', 1)}, " + where + interval_note(section)
 
 
 SAC_SETTINGS_LEARNING_STARTS = 256  # num_steps_sampled_before_learning_starts of the tuned SAC
@@ -455,7 +463,7 @@ def plot(results: dict[str, Any], path: Path) -> bool:
         else:
             for timer in timer_sections(results):
                 where = f"{timer['learners']} learner process" if timer.get("learners") else "learner in the driver"
-                where += interval_note(timer)
+                where = f"H = {timer.get('horizon', 1)}, " + where + interval_note(timer)
                 for r in timer["runs"]:
                     if r["episodes"]:
                         t, ret = zip(*r["episodes"])
@@ -497,6 +505,7 @@ def main() -> int:
     parser.add_argument(
         "--timer-learners", type=int, default=0, help="SAC in timer mode: learner processes (0: in the driver's)"
     )
+    parser.add_argument("--timer-horizon", type=int, default=1, help="SAC in timer mode: control steps per chunk")
     parser.add_argument("--plot", default="", help="draw the SAC curves into this PNG")
     parser.add_argument("--from-runs", default="", help="SAC: the tables from the run files left in this folder")
     parser.add_argument(
@@ -528,7 +537,9 @@ def main() -> int:
     if args.part in ("all", "sac"):
         results["sac"] = sac(args.seeds, sac_steps, tmp)
     if args.part in ("all", "sac-timer"):
-        results["sac_timer"] = sac_timer(args.seeds, sac_steps, args.minutes, tmp, args.timer_learners)
+        results["sac_timer"] = sac_timer(
+            args.seeds, sac_steps, args.minutes, tmp, args.timer_learners, args.timer_horizon
+        )
     print(tables(results))
     if args.plot:
         plot(results, Path(args.plot))

@@ -50,7 +50,7 @@ from plugrl_ros.gym.copies import GymCopy  # noqa: E402
 
 ALGORITHMS = ("ppo", "sac")
 RUNNERS = ("own", "plugrl")
-HORIZON = 1  # one decision per control step, on both paths
+HORIZON = 1  # one decision per control step, on both paths (plugrl: --horizon H, one decision per H steps)
 
 # RLlib PPO for InvertedPendulum-v5: bench_gym.py's settings (tuned on this machine with RLlib's own runner)
 PPO_SETTINGS, PPO_HIDDEN = bench_gym.PPO_SETTINGS, bench_gym.PPO_HIDDEN
@@ -183,7 +183,7 @@ def build_config(args: argparse.Namespace, spaces: Any) -> Any:
         runner_cls = timed(SingleAgentEnvRunner)
     else:
         runner = RunnerSettings(
-            host="127.0.0.1", port=0, horizon=HORIZON, sample_wait_s=SAMPLE_WAIT_S,
+            host="127.0.0.1", port=0, horizon=args.horizon, sample_wait_s=SAMPLE_WAIT_S,
             serve_during_updates=args.serve_during_updates,
         )  # fmt: skip
         config = config.environment(
@@ -216,6 +216,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=0.0, help="or this long after the first iteration")
     parser.add_argument("--serve-during-updates", action="store_true", help="plugrl: answer through updates")
     parser.add_argument("--learners", type=int, default=0, help="learner processes (0: in this process)")
+    parser.add_argument("--horizon", type=int, default=HORIZON, help="plugrl: control steps per chunk (RL step)")
     parser.add_argument("--out", required=True, help="the results file (JSON)")
     args = parser.parse_args()
 
@@ -226,7 +227,9 @@ def main() -> int:
 
     torch.set_num_threads(1)
     dims = {k: int(v) for k, v in (item.split("=") for item in args.state_dims.split(",") if item)}
-    spaces = robot_spaces(args.params_file, horizon=HORIZON, state_dims=dims)
+    if args.runner == "own" and args.horizon != HORIZON:
+        parser.error("--horizon is the PlugRL runner's: RLlib's own runner steps the env once per decision")
+    spaces = robot_spaces(args.params_file, horizon=args.horizon, state_dims=dims)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
         algo = build_config(args, spaces).build_algo()

@@ -49,3 +49,21 @@ def test_a_timer_table_says_the_runners_thread_switch_interval_and_an_older_resu
     assert "1 learner process(es) of its own, thread switch interval 0.5 ms)" in table
     assert "| 0 | 1.0 | 3,000 | -900.0 | -900.0 | 10.0% | 10.0% |" in table
     assert bench_rllib.sac_timer_table(section).splitlines()[0].endswith("1 learner process(es) of its own)")
+    # the chunk's length is in the title; an older result (no horizon recorded) ran at H = 1
+    assert "H = 4, 1 learner process(es)" in bench_rllib.sac_timer_table({**section, "horizon": 4})
+    assert "H = 1, 1 learner process(es)" in bench_rllib.sac_timer_table(section)
+
+
+def test_the_idle_share_counts_a_chunk_as_h_control_ticks():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_rllib
+
+    # 40 s at 50 Hz: 2,000 ticks; 350 RL steps of H = 4 stepped 1,400 of them (30 % idle), of H = 1 350 (82.5 %)
+    its = [{"t": 0.0, "steps": 0}, {"t": 30.0, "steps": 300}, {"t": 40.0, "steps": 350}]
+    assert bench_rllib.idle_shares(its, 4)[0] == pytest.approx(0.3)
+    assert bench_rllib.idle_shares(its, 1)[0] == pytest.approx(0.825)
+    # while learning (from the first iteration past the 256 RL steps of warm-up): 10 s, 50 RL steps of 4 ticks
+    assert bench_rllib.idle_shares(its, 4)[1] == pytest.approx(0.6)
