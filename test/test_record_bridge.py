@@ -177,6 +177,9 @@ def check_against_transcript(transcript: list, tagged: list[tuple[int, object]])
         )
 
 
+MISSED_AT_START = 25  # commands (per env) that may go out before DDS matched the test's reader
+
+
 def check_commands(records: list, commands: list[list[np.ndarray]]) -> None:
     """What the actuators' subscribers received is what was recorded as commanded, in order."""
     for env in range(N_ENVS):
@@ -184,9 +187,13 @@ def check_commands(records: list, commands: list[list[np.ndarray]]) -> None:
         heard = [c.tolist() for c in commands[env]]
         assert commanded, f"env {env}: no command recorded"
         # shutdown's idle commands (none for the probe: idle none) come after the last recorded step
-        # a command published before DDS matched the test's subscriber is lost (seen with the Jazzy wheels)
+        # A command published before the bridge's writer matched the test's reader is lost: DDS matches each
+        # direction on its own, so the listener seeing the publisher (wait_for_actuators) does not mean the
+        # publisher sees it yet. Seen with the Jazzy wheels on a loaded host: 8 commands in timer mode (160 ms).
+        # Allowed: half a second's worth at 50 Hz, at the start only; from there every command, in order.
         skip = next((i for i in range(len(commanded)) if commanded[i:] == heard[: len(commanded) - i]), None)
-        assert skip is not None and skip <= 3, f"env {env}: commands differ (or more than 3 missed)"
+        assert skip is not None, f"env {env}: the commands heard are not the recorded ones from some point on"
+        assert skip <= MISSED_AT_START, f"env {env}: the first {skip} commands were not heard"
 
 
 def writer_process_of(bridge_pid: int) -> int:
