@@ -339,32 +339,32 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
             return len(self._ended) >= (num_episodes or 0)
 
         serving_always = self.settings.serve_during_updates
-        with self._progress:
-            # this call's settings hold for the answers given while it waits; between calls, the config's
-            self._explore, self._random_actions = explore, random_actions
-            self._target = enough
-            try:
-                if not serving_always:
-                    self._answering = True
-                    self.figures.resume()
-                    deferred, self._deferred = self._deferred, []
-                    for event in deferred:
-                        self._handle_safely(event)
-                # the websocket thread handles what comes from here on, and wakes this one when it is enough
-                while not self._sampled():
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or self._stopped.is_set():
-                        break
-                    self._progress.wait(min(remaining, _WAKE_S))
-                    self._check_server()
-            finally:
-                self._target = None
-                self._explore, self._random_actions = bool(self.config.explore), False
-                if not serving_always:
-                    # whatever happened, the robots are not answered until the next call
-                    self._answering = False
-                    self.figures.pause()
-            return self._collect(cut=num_timesteps is not None)
+        # called by sample() under the lock, which waiting on the condition hands to the websocket thread;
+        # this call's settings hold for the answers given while it waits, between calls the config's
+        self._explore, self._random_actions = explore, random_actions
+        self._target = enough
+        try:
+            if not serving_always:
+                self._answering = True
+                self.figures.resume()
+                deferred, self._deferred = self._deferred, []
+                for event in deferred:
+                    self._handle_safely(event)
+            # the websocket thread handles what comes from here on, and wakes this one when it is enough
+            while not self._sampled():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopped.is_set():
+                    break
+                self._progress.wait(min(remaining, _WAKE_S))
+                self._check_server()
+        finally:
+            self._target = None
+            self._explore, self._random_actions = bool(self.config.explore), False
+            if not serving_always:
+                # whatever happened, the robots are not answered until the next call
+                self._answering = False
+                self.figures.pause()
+        return self._collect(cut=num_timesteps is not None)
 
     def _sampled(self) -> bool:
         """Whether the running ``sample()`` has what it waits for (under the lock, on either thread).
