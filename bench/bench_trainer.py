@@ -146,7 +146,8 @@ class BenchTrainer:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with await serve_trainer(self.handle, self.args.host, self.args.port, close_timeout=5.0) as server:
+        serving = serve_trainer(self.handle, self.args.host, self.args.port, close_timeout=5.0, access=None)
+        async with await serving as server:
             port = next(iter(server.sockets)).getsockname()[1]
             print(f"PORT {port}", flush=True)
             while not stop.is_set():

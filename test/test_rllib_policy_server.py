@@ -232,3 +232,58 @@ def test_the_server_is_registered_as_an_executable():
         check=True,
     ).stdout
     assert "--rllib" in shown and "--config" in shown and "--horizon" in shown
+
+
+def test_with_a_key_set_a_keyless_or_wrong_handshake_is_refused_with_401_and_the_key_is_served_over_wss(
+    checkpoint, tmp_path: Path
+):
+    """plugrl-policy-server stands behind the same gate as every server the package ships (test_server_auth.py
+    finds every listening executable; this one needs the rllib extra)."""
+    import asyncio
+    import os
+    import secrets
+    import ssl
+
+    import trustme
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    ca = trustme.CA()
+    ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    key = "plugrl-" + secrets.token_hex(16)
+    path, _ = checkpoint
+    command = python_module(
+        "plugrl_ros.rllib.policy_server", "--rllib", str(path), "--config", str(DEMO), "--port", "0",
+        "--api-key-env", "PLUGRL_TEST_POLICY_KEY", "--tls-cert", str(tmp_path / "server.pem"),
+    )  # fmt: skip
+    with process(command, env={**os.environ, "PLUGRL_TEST_POLICY_KEY": key}) as served:
+        line = wait_until(
+            lambda: (
+                next((x for x in served.output().splitlines() if x.startswith("listening on")), None)
+                or (served.proc.poll() is not None and f"exited: {served.output()}")
+            ),
+            WAIT_S,
+            "the policy server listening",
+        )
+        assert line.startswith("listening on wss://"), line
+        uri = f"wss://localhost:{line.rsplit(':', 1)[1]}"
+        context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+
+        async def statuses() -> tuple[list[int], dict]:
+            refused = []
+            for headers in (None, [("Authorization", f"Api-Key not-{key}")]):
+                with pytest.raises(InvalidStatus) as answer:
+                    await connect(uri, ssl=context, additional_headers=headers, open_timeout=WAIT_S)
+                refused.append(answer.value.response.status_code)
+            headers = [("Authorization", f"Api-Key {key}")]
+            async with connect(uri, ssl=context, additional_headers=headers, max_size=None) as ws:
+                metadata = codec.unpackb(await asyncio.wait_for(ws.recv(), WAIT_S))
+            return refused, metadata
+
+        refused, metadata = asyncio.run(statuses())
+    assert refused == [401, 401]
+    assert metadata["action_dim"] == 2 and metadata["action_horizon"] == 1, metadata
+    output = served.output()
+    assert "PLUGRL_TEST_POLICY_KEY" in output and key not in output
+    assert "refused a connection from 127.0.0.1" in output and "no API key required" not in output

@@ -438,3 +438,159 @@ def test_the_deploy_link_reaches_a_policy_server_with_its_key_over_wss_or_says_w
         failed = next(e for e in events if isinstance(e, ConnectFailed))
         assert refusal in failed.detail and ("ca_file" if ca == "other" else "api_key_env") in failed.detail
         assert seen.connections == 0 and seen.answers == 0  # nothing was served before the refusal
+
+
+# -- every server, the next one too ------------------------------------------------------------
+
+# Executables that listen but need an extra this suite does not install: where each is tested with a key.
+LISTENERS_ELSEWHERE = {"plugrl_ros.tools.rllib_policy_server": "test_rllib_policy_server.py (the rllib extra)"}
+
+
+def _help(module: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        executables.command(module, "--help"), capture_output=True, text=True, timeout=WAIT_S, check=False
+    )
+
+
+@pytest.mark.gym
+@pytest.mark.rllib
+def test_every_executable_that_listens_takes_the_key_and_tls_options_and_is_refused_without_a_key_here():
+    """The promise spans the package: an executable whose --help offers --port listens, so it must offer the
+    key and TLS options and be one of the servers the 401 test above starts (or, needing an extra, one tested
+    where that extra is installed). A new server that misses the gate fails here. An executable whose extra
+    is missing says how to install it; the CI stages with the extras run this test again and see its help."""
+    tested = {module for module, _ in SERVERS.values()}
+    listeners = set()
+    for module in sorted(set(executables.EXECUTABLES.values())):
+        done = _help(module)
+        if done.returncode != 0:  # an extra is missing: it says so, and says how to install it
+            assert "install" in done.stderr and "Traceback" not in done.stderr, (module, done.stdout, done.stderr)
+            continue
+        if "--port" not in done.stdout:
+            continue
+        listeners.add(module)
+        assert "--api-key-env" in done.stdout and "--tls-cert" in done.stdout, (module, done.stdout)
+        assert module in tested or module in LISTENERS_ELSEWHERE, f"{module} listens but no test checks its key"
+    assert tested <= listeners  # the servers this file starts are found by the same rule
+
+
+def test_the_rllib_policy_server_is_behind_the_gate_in_code_too():
+    """The one listener this suite cannot start without its extra: it serves through the shared gate."""
+    source = (Path(executables.__file__).parent / "rllib" / "policy_server.py").read_text()
+    assert "add_access_options(" in source and "access=self.access" in source
+
+
+async def _flood(uri: str, attempts: int, headers: list[tuple[str, str]] | None) -> list[int]:
+    """Open ``attempts`` connections one after another; the HTTP status of each handshake."""
+    statuses = []
+    for _ in range(attempts):
+        try:
+            ws = await connect(uri, additional_headers=headers, open_timeout=WAIT_S)
+        except InvalidStatus as refused:
+            statuses.append(refused.response.status_code)
+        else:
+            await ws.close()
+            statuses.append(101)
+    return statuses
+
+
+def test_hundreds_of_refused_attempts_add_one_line_and_two_authorization_headers_are_a_401(key):
+    """Every record the package's loggers (websockets' server side included) write at INFO and above is counted."""
+    records = _Records()
+    records.setLevel(logging.INFO)
+    logger = logging.getLogger("plugrl_ros")
+    level = logger.level
+    logger.addHandler(records)
+    logger.setLevel(logging.INFO)
+
+    async def scenario() -> list[int]:
+        server = TestPolicyServer(PolicyServerSettings(api_key_env=KEY_ENV))
+        uri = f"ws://127.0.0.1:{await server.start()}"
+        try:
+            statuses = await _flood(uri, 500, None)
+            statuses += await _flood(uri, 20, [("Authorization", f"Api-Key {key}"), ("Authorization", "Api-Key x")])
+            statuses += await _flood(uri, 20, [("Authorization", "Bearer")])
+            statuses += await _flood(uri, 1, [("Authorization", f"Api-Key {key}")])  # the right key still opens
+        finally:
+            await server.close()
+        return statuses
+
+    try:
+        statuses = asyncio.run(scenario())
+    finally:
+        logger.removeHandler(records)
+        logger.setLevel(level)
+    assert statuses[:-1] == [401] * 540 and statuses[-1] == 101, sorted(set(statuses))
+    refusals = [text for text in records.texts if "refused a connection from 127.0.0.1" in text]
+    assert len(refusals) == 1 and "no API key" in refusals[0], records.texts  # the rest held back for a minute
+    # the server's start and stop, the refusal, and the one connection that opened: nothing per refused attempt
+    assert len(records.texts) <= 10, records.texts
+    assert not any("failed" in text or "500" in text for text in records.texts), records.texts
+
+
+def test_a_key_with_whitespace_at_either_end_stops_a_server_and_a_bridge_at_startup(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "plugrl-key\n")
+    module, args = SERVERS["test-policy-server"]
+    done = subprocess.run(
+        executables.command(module, "--port", "0", "--api-key-env", KEY_ENV, *args),
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert done.returncode == 2 and "begins or ends with whitespace" in done.stderr, (done.stdout, done.stderr)
+    assert "plugrl-key" not in done.stderr + done.stdout and "Traceback" not in done.stderr
+    problem = ClientSettings(uri="ws://localhost:9", api_key_env=KEY_ENV).access_problem(os.environ)
+    assert problem is not None and problem[0] == "api_key_env" and "whitespace" in problem[2]
+    assert "plugrl-key" not in " ".join(problem)
+
+
+# -- redirects: whoever answers at a link's URI cannot send the robot elsewhere ----------------------
+
+
+@pytest.mark.parametrize("link", ["trainer", "policy"])
+def test_a_link_refuses_a_redirect_to_another_server_and_never_sends_it_the_key(link, key):
+    async def scenario():
+        target = TestPolicyServer(PolicyServerSettings(api_key_env=KEY_ENV))
+        target_port = await target.start()
+
+        def redirect(connection, request):
+            response = connection.respond(302, "moved\n")
+            response.headers["Location"] = f"ws://localhost:{target_port}/"  # another host name: another origin
+            return response
+
+        from websockets.asyncio.server import serve
+
+        async def never(ws):  # a handshake answered 302 never gets here
+            raise AssertionError("served")
+
+        redirector = await serve(never, "127.0.0.1", 0, process_request=redirect)
+        port = redirector.sockets[0].getsockname()[1]
+        failures: list[ConnectFailed] = []
+
+        def on_event(event) -> None:
+            if isinstance(event, ConnectFailed):
+                failures.append(event)
+                if len(failures) >= 2:
+                    client.stop()
+
+        settings = ClientSettings(
+            uri=f"ws://127.0.0.1:{port}", api_key_env=KEY_ENV, reconnect_initial_s=0.05, reconnect_max_s=0.1
+        )
+        if link == "trainer":
+            client = TrainerClient(settings, on_event)
+        else:
+            client = PolicyClient(settings, Expectation(), on_event)
+        try:
+            await asyncio.wait_for(client.run(), WAIT_S)
+        finally:
+            redirector.close()
+            await redirector.wait_closed()
+            await target.close()
+        return failures, target.seen
+
+    failures, seen = asyncio.run(scenario())
+    assert len(failures) >= 2  # refused every time, and kept trying the configured address
+    assert "redirect" in failures[0].detail and "never follow" in failures[0].detail, failures[0]
+    assert key not in failures[0].detail
+    assert seen.authorization == [] and seen.connections == 0  # the target never saw the robot, nor its key

@@ -124,7 +124,7 @@ class ScriptedTrainer:
             self._loop.close()
 
     async def _serve(self) -> Server:
-        return await serve_trainer(self._handle, "127.0.0.1", self._port, close_timeout=2)
+        return await serve_trainer(self._handle, "127.0.0.1", self._port, close_timeout=2, access=None)
 
     # -- serving ---------------------------------------------------------------
 

@@ -24,18 +24,24 @@ import random
 import socket
 import ssl
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI, WebSocketException
 
 from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.connection import Outgoing
 
 STOP_REASON = "plugrl-server-stop"
 RESYNC_REASON = "plugrl-server-resync"
+
+# An API key with spaces or a newline at either end (a key file read with its newline) never matches: said at startup.
+KEY_WHITESPACE = (
+    "the key in the environment variable {env} begins or ends with whitespace (a newline from a key file?), "
+    "so it would never match; strip it"
+)
 
 CLOSE_NORMAL = 1000
 CLOSE_PROTOCOL_ERROR = 1002
@@ -93,8 +99,13 @@ class ClientSettings:
         load (only a ``wss://`` link uses one: a params file's ``ca_file`` must
         not stop a ``ws://`` test link). The key itself is never part of the answer.
         """
-        if self.api_key_env and not environ.get(self.api_key_env):
-            return "api_key_env", self.api_key_env, f"the environment variable {self.api_key_env} is not set or empty"
+        if self.api_key_env:
+            key = environ.get(self.api_key_env, "")
+            if not key:
+                why = f"the environment variable {self.api_key_env} is not set or empty"
+                return "api_key_env", self.api_key_env, why
+            if key != key.strip():
+                return "api_key_env", self.api_key_env, KEY_WHITESPACE.format(env=self.api_key_env)
         if self.ca_file and self.uri.startswith("wss://"):
             try:
                 ssl.create_default_context(cafile=self.ca_file)
@@ -309,7 +320,7 @@ class TrainerClient:
 
     async def _connect(self) -> ClientConnection | None:
         """Open a connection, or None if :meth:`stop` came first (a hung handshake must not delay it)."""
-        opening = asyncio.ensure_future(connect(self._settings.uri, **self._connect_options()))
+        opening = asyncio.ensure_future(self._open())
         stopping = asyncio.ensure_future(self._stopping.wait())
         await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
@@ -431,14 +442,42 @@ class TrainerClient:
         except asyncio.TimeoutError:
             pass
 
-    def _connect_options(self) -> dict[str, Any]:
-        return connect_options(self._settings)
+    def _open(self) -> Awaitable[ClientConnection]:
+        return open_connection(self._settings)
 
 
 # What a connection can fail with at any point, from the handshake to the close: each is a lost
 # connection (reconnect with backoff), never the end of the link. websockets reports most as
 # ConnectionClosed or InvalidHandshake; a reset can surface as an OSError from the socket itself.
 CONNECTION_FAULTS = (OSError, EOFError, WebSocketException, asyncio.TimeoutError)
+
+
+class RedirectRefused(InvalidHandshake):
+    """The server answered the handshake with a redirect: a link never follows one."""
+
+
+class _Connect(connect):
+    """websockets' ``connect``, refusing every redirect (websockets follows up to 10, and 15.0 sends the key along).
+
+    Whoever answers at a link's URI must not be able to send the robot, and its
+    API key, somewhere else: the URI in the params file is the only address a
+    link opens.
+    """
+
+    def process_redirect(self, exc: Exception) -> Exception | str:
+        if isinstance(exc, InvalidStatus) and 300 <= exc.response.status_code < 400:
+            status = exc.response.status_code
+            target = exc.response.headers.get("Location", "nowhere")
+            return RedirectRefused(
+                f"the server at {self.uri} answered HTTP {status}, a redirect to {target}; links never follow "
+                "redirects: set the URI to the address that serves the link itself"
+            )
+        return exc
+
+
+def open_connection(s: ClientSettings) -> Awaitable[ClientConnection]:
+    """Open the link ``s`` describes (the trainer's, or a policy server's): :func:`connect_options`, no redirects."""
+    return _Connect(s.uri, **connect_options(s))
 
 
 def connect_options(s: ClientSettings) -> dict[str, Any]:

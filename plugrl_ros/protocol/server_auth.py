@@ -25,7 +25,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from websockets.asyncio.server import ServerConnection
+from websockets.datastructures import MultipleValuesError
 from websockets.http11 import Request, Response
+
+from plugrl_ros.protocol.client import KEY_WHITESPACE
 
 DEFAULT_API_KEY_ENV = "PLUGRL_API_KEY"
 REFUSAL_LOG_INTERVAL_S = 60.0
@@ -66,6 +69,8 @@ class ServerAccess:
         if not self.api_key_env:
             return None
         key = environ.get(self.api_key_env, "")
+        if key and key != key.strip():
+            raise AccessError("api_key_env", KEY_WHITESPACE.format(env=self.api_key_env))
         if key:
             return key
         if self.api_key_env == DEFAULT_API_KEY_ENV:
@@ -148,16 +153,48 @@ class ApiKeyGate:
         self._refusals = refusals
 
     def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
-        given = request.headers.get("Authorization")
+        try:
+            given = request.headers.get("Authorization")
+        except MultipleValuesError:  # two keys are no key: 401 like any other refusal, not a 500 with a traceback
+            given, why = None, "more than one Authorization header"
+        else:
+            why = "no API key" if given is None else "wrong API key"
         # compare bytes in constant time: how long a comparison takes must not tell how much of a guess was right
         if given is not None and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._expected):
             return None
-        self._refusals.refused(_peer(connection), "no API key" if given is None else "wrong API key")
+        self._refusals.refused(_peer(connection), why)
         response = connection.respond(
             http.HTTPStatus.UNAUTHORIZED, "a valid 'Authorization: Api-Key <key>' header is required\n"
         )
         response.headers["WWW-Authenticate"] = "Api-Key"
         return response
+
+
+class HandshakeNoise(logging.Filter):
+    """Drops websockets' per-attempt INFO lines about a handshake answered without a connection.
+
+    websockets logs "HTTP response sent (401 Unauthorized)" (or "connection
+    rejected") and then "connection closed" for every refused attempt: two
+    lines each, unthrottled, where :class:`RefusalLog` says the same once a
+    minute per address. Lines about connections that opened, and every warning
+    or error, pass.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        try:
+            response = record.websocket.response  # a weak proxy of the connection; gone or not there
+        except (AttributeError, ReferenceError):
+            return True
+        return response is None or response.status_code == http.HTTPStatus.SWITCHING_PROTOCOLS
+
+
+def without_handshake_noise(logger: logging.Logger) -> logging.Logger:
+    """``logger`` (websockets' server side) with refused handshakes' lines dropped (:class:`HandshakeNoise`)."""
+    if not any(isinstance(f, HandshakeNoise) for f in logger.filters):
+        logger.addFilter(HandshakeNoise())
+    return logger
 
 
 def _peer(connection: ServerConnection) -> str:

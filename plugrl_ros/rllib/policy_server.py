@@ -35,7 +35,8 @@ from websockets.exceptions import ConnectionClosed
 
 from plugrl_ros import __version__
 from plugrl_ros.protocol import codec
-from plugrl_ros.tools.serving import serve_trainer
+from plugrl_ros.protocol.server_auth import AccessError, ServerAccess
+from plugrl_ros.tools.serving import access_from, add_access_options, serve_trainer
 
 log = logging.getLogger("plugrl_ros.rllib.policy_server")
 
@@ -54,9 +55,11 @@ class RLlibPolicyServer:
     pipelines are not thread-safe).
     """
 
-    def __init__(self, policy: Any, reader: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, policy: Any, reader: Any, access: ServerAccess, host: str = "127.0.0.1", port: int = 0) -> None:
+        """``access``: the API key every handshake must carry and the certificate for ``wss://``."""
         self.policy = policy
         self.reader = reader
+        self.access = access
         self.host = host
         self.port = port
         self.answers = 0
@@ -84,7 +87,9 @@ class RLlibPolicyServer:
 
     async def start(self) -> int:
         """Listen; the port."""
-        self._server = await serve_trainer(self._handle, self.host, self.port, close_timeout=1.0, process_request=_http)
+        self._server = await serve_trainer(
+            self._handle, self.host, self.port, close_timeout=1.0, access=self.access, process_request=_http, logger=log
+        )
         return self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -148,12 +153,16 @@ def _parser() -> argparse.ArgumentParser:
         help="H, steps per chunk (default: the checkpoint's action width over the sinks' width per step)",
     )
     p.add_argument("--module-id", default="default_policy", help="the RLModule to serve (default %(default)s)")
+    add_access_options(p)
     return p
 
 
 async def _serve_until_stopped(server: RLlibPolicyServer) -> int:
     try:
         port = await server.start()
+    except AccessError as exc:
+        print(f"{SERVER_NAME}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except OSError as exc:
         print(f"{SERVER_NAME}: cannot listen on {server.host}:{server.port}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -164,7 +173,7 @@ async def _serve_until_stopped(server: RLlibPolicyServer) -> int:
     chunks = server.reader.chunks
     host = f"[{server.host}]" if ":" in server.host else server.host
     print(f"serving {server.policy.parts.root} (H = {chunks.horizon}, action_dim = {chunks.action_dim})", flush=True)
-    print(f"listening on ws://{host}:{port}", flush=True)
+    print(f"listening on {server.access.scheme}://{host}:{port}", flush=True)
     await stop.wait()
     await server.close()
     print(f"stopped: {server.answers} answers, {server.failures} failed requests", flush=True)
@@ -192,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CheckpointError, ConfigMismatch, ConfigError) as exc:
         print(f"{SERVER_NAME}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    server = RLlibPolicyServer(policy, reader, args.host, args.port)
+    server = RLlibPolicyServer(policy, reader, access_from(args), args.host, args.port)
     try:
         return asyncio.run(_serve_until_stopped(server))
     except KeyboardInterrupt:

@@ -14,7 +14,13 @@ from typing import Any, Generic, Protocol, TypeVar
 from websockets.asyncio.server import Request, Response, Server, ServerConnection, serve
 
 from plugrl_ros.protocol.client import redacting_logger
-from plugrl_ros.protocol.server_auth import DEFAULT_API_KEY_ENV, ApiKeyGate, RefusalLog, ServerAccess
+from plugrl_ros.protocol.server_auth import (
+    DEFAULT_API_KEY_ENV,
+    ApiKeyGate,
+    RefusalLog,
+    ServerAccess,
+    without_handshake_noise,
+)
 from plugrl_ros.thread_guard import crash_of
 
 log = logging.getLogger("plugrl_ros.serving")
@@ -28,13 +34,15 @@ async def serve_trainer(
     host: str,
     port: int,
     close_timeout: float,
-    access: ServerAccess | None = None,
+    *,
+    access: ServerAccess | None,
     process_request: Callable[[ServerConnection, Request], Response | None] | None = None,
     logger: logging.Logger | None = None,
 ) -> Server:
     """Listen as a PlugRL trainer (or a policy server): no compression, frames of any size, no keepalive pings.
 
-    ``access`` (None: no key, no TLS; a test fixture's choice) sets the API key
+    ``access`` (None: no key, no TLS; a test fixture's choice, and a required
+    argument so that no server forgets it) sets the API key
     every handshake must carry and the certificate for ``wss://``; an unusable
     one raises :class:`~plugrl_ros.protocol.server_auth.AccessError` before
     anything listens. ``process_request`` may answer a plain HTTP request
@@ -64,7 +72,8 @@ async def serve_trainer(
         close_timeout=close_timeout,
         ssl=tls,
         process_request=check if process_request is not None or gate is not None else None,
-        logger=redacting_logger("plugrl_ros.websockets.server"),  # handshakes carry the client's API key
+        # handshakes carry the client's API key; refused ones are the RefusalLog's to report
+        logger=without_handshake_noise(redacting_logger("plugrl_ros.websockets.server")),
     )
     level, text = access.describe(os.environ, host)
     logger.log(level, text)

@@ -193,7 +193,8 @@ class TestPolicyServer:
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
         if request.path == "/healthz":
             return connection.respond(http.HTTPStatus.OK, "OK\n")
-        self.seen.authorization.append(request.headers.get("Authorization"))
+        given = request.headers.get_all("Authorization")  # several are possible: the key gate refuses them
+        self.seen.authorization.append(", ".join(given) if given else None)
         self.seen.extensions.append(request.headers.get("Sec-WebSocket-Extensions"))
         return None
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from plugrl_ros.protocol.backoff import Backoff
@@ -36,8 +36,8 @@ from plugrl_ros.protocol.client import (
     Notice,
     close_detail,
     close_frame,
-    connect_options,
     describe,
+    open_connection,
     plain_link_warning,
     set_tcp_timeout,
 )
@@ -196,7 +196,7 @@ class PolicyClient:
 
     async def _connect(self) -> ClientConnection | None:
         """Open a connection, or None if :meth:`stop` came first (a hung handshake must not delay it)."""
-        opening = asyncio.ensure_future(connect(self._settings.uri, **connect_options(self._settings)))
+        opening = asyncio.ensure_future(open_connection(self._settings))
         stopping = asyncio.ensure_future(self._stopping.wait())
         await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
