@@ -68,6 +68,30 @@ def test_every_event_from_another_thread_is_delivered_in_order_on_the_executor_t
     assert threads == {threading.get_ident()}
 
 
+@pytest.mark.parametrize("kind", ["events", "single"])
+def test_the_fallback_timer_calls_the_callback_with_no_argument_even_one_that_takes_an_optional_one(context, kind):
+    """rclpy's EventsExecutor hands a timer's TimerInfo to a callback that takes a parameter. Deploy mode's drain
+    took ``stopping=False``: the info read as True, and every answer the fallback timer drained was dropped."""
+    executor = make_executor(kind, context=context)
+    node = Node("plugrl_test_wakeup_fallback", context=context)
+    calls: list[tuple] = []
+
+    def deliver(stopping: bool = False) -> None:
+        calls.append((stopping,))
+
+    Wakeup(node, deliver, None, fallback_period_s=0.02)
+    executor.add_node(node)
+    try:
+        for _ in range(50):  # a hang guard: the timer fires within the first few turns
+            executor.spin_once(timeout_sec=0.1)
+            if len(calls) >= 3:
+                break
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+    assert len(calls) >= 3 and set(calls) == {(False,)}, calls
+
+
 def test_the_executor_is_chosen_by_the_environment_and_a_wrong_name_is_refused(context, monkeypatch):
     monkeypatch.setenv(EXECUTOR_VARIABLE, "single")
     executor = make_executor(context=context)

@@ -30,7 +30,12 @@ class Wakeup:
     ) -> None:
         self._node = node
         self._callback = callback
-        node.create_timer(fallback_period_s, callback, callback_group=callback_group)
+        # Called with no argument, whatever ``callback`` accepts: rclpy's EventsExecutor hands a timer's
+        # TimerInfo to a callback that takes a parameter (an optional one too, which then reads it as its value).
+        node.create_timer(fallback_period_s, self._fallback, callback_group=callback_group)
+
+    def _fallback(self) -> None:
+        self._callback()
 
     def trigger(self) -> None:
         executor = self._node.executor
