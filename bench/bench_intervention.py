@@ -90,7 +90,7 @@ def record_demonstrations(folder: Path, minutes: float) -> Path:
     export = executables.command(
         "plugrl_ros.record.export",
         *[str(p) for p in sorted(recording.glob("*.mcap"))],
-        *("--to", "rllib", "--output", str(demos), "--config", str(config), "--images", "", "--state-dims", "target=4"),
+        *("--to", "rllib", "--output", str(demos), "--config", str(config), "--images", ""),
     )
     done = subprocess.run(export, capture_output=True, text=True, check=False, env=ros_env())
     if done.returncode != 0:

@@ -185,6 +185,18 @@ def test_export_says_which_steps_a_person_commanded_and_what_they_commanded(tmp_
         assert "step_person" not in ep  # nobody commanded env 2
 
 
+def test_export_takes_the_files_before_or_after_the_format_and_says_how_to_write_it_otherwise(recorded, tmp_path):
+    after = run_tool("plugrl_ros.record.export", "--to", "npz", str(recorded[1]), "--output", str(tmp_path / "a"))
+    before = run_tool("plugrl_ros.record.export", str(recorded[1]), "--to", "npz", "--output", str(tmp_path / "b"))
+    assert after.returncode == 0 and before.returncode == 0, after.stderr + before.stderr
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(p.name for p in (tmp_path / "b").iterdir())
+    assert list((tmp_path / "a").glob("*.npz"))
+    nothing = run_tool("plugrl_ros.record.export", "--to", "npz", "--output", str(tmp_path / "c"))
+    assert nothing.returncode == 2 and "plugrl-export FILE.mcap... --to FORMAT --output DIR" in nothing.stderr
+    nowhere = run_tool("plugrl_ros.record.export", "--to", "npz", str(recorded[1]))
+    assert nowhere.returncode == 2 and "--output" in nowhere.stderr, nowhere.stderr
+
+
 def test_export_refuses_an_unknown_format(recorded, tmp_path):
     result = run_tool("plugrl_ros.record.export", str(recorded[1]), "--to", "parquet", str(tmp_path))
     assert result.returncode == 2 and "format 'parquet' is not supported; supported: npz" in result.stderr

@@ -207,10 +207,11 @@ def test_bc_learns_from_exported_demonstrations_to_reach_the_target_where_a_rand
         code = bridged.stop(30)  # Ctrl-C: the recording is closed whole
         output = bridged.output()
     assert code == 0, output[-3000:]
+    # the natural order, and no widths: the recording holds them (--images '' only chooses what BC reads)
     export = python_module(
         "plugrl_ros.record.export",
-        *[str(p) for p in sorted(record.glob("*.mcap"))],
-        *("--to", "rllib", "--output", str(offline), "--config", str(DEMO), "--images", "", "--state-dims", "target=4"),
+        *("--to", "rllib", *[str(p) for p in sorted(record.glob("*.mcap"))]),
+        *("--output", str(offline), "--config", str(DEMO), "--images", ""),
     )
     done = subprocess.run(export, check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

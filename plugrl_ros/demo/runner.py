@@ -277,7 +277,7 @@ def _parser() -> argparse.ArgumentParser:
         "--demonstrations",
         type=Path,
         help="with --algorithm SAC: a folder plugrl-export --to rllib wrote (demonstrations of the demo reachers, "
-        "exported with --images '' --state-dims target=4); a quarter of every batch SAC learns from is drawn from it",
+        "exported with --images ''); a quarter of every batch SAC learns from is drawn from it",
     )
     p.add_argument(
         "--record",

@@ -31,6 +31,7 @@ the rllib extra).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from collections.abc import Iterator
@@ -354,28 +355,41 @@ def iter_episodes(paths: list[Path], assembler: Any, readers: list[RecordingRead
     yield from assembler.finish()
 
 
+USAGE = "Write it as: plugrl-export FILE.mcap... --to FORMAT --output DIR"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="plugrl-export",
         description="Export a plugrl_ros recording's episodes as arrays (npz) or as RLlib offline data (rllib).",
     )
-    parser.add_argument("files", nargs="+", type=Path, help="MCAP files (the parts of a rotated run, in order)")
+    parser.add_argument("files", nargs="*", type=Path, help="MCAP files (the parts of a rotated run, in order)")
     parser.add_argument(
         "--to",
         nargs="+",
-        metavar="FORMAT [OUT]",
+        metavar="FORMAT",
         required=True,
-        help="'npz' (one .npz per episode) or 'rllib' (episodes RLlib's offline_data reads), and the folder to "
-        "write into (or --output)",
+        help="'npz' (one .npz per episode) or 'rllib' (episodes RLlib's offline_data reads); the files may "
+        "follow it (plugrl-export --to rllib run_*.mcap --output DIR)",
     )
     parser.add_argument("--output", type=Path, help="the folder to write into")
     rllib = parser.add_argument_group("--to rllib: the runner's spaces (as plugrl_ros.rllib.robot_spaces builds them)")
     rllib.add_argument("--config", type=Path, help="the bridge's params file the runner builds its spaces from")
-    rllib.add_argument("--horizon", type=int, default=1, help="H, control steps per RL step (the runner's; default 1)")
-    rllib.add_argument("--states", help="comma-separated states the policy reads (default: every one configured)")
-    rllib.add_argument("--images", help="comma-separated images the policy reads (default: every one; '' for none)")
-    rllib.add_argument("--state-dims", nargs="*", default=[], metavar="NAME=N", help="widths the file cannot tell")
-    rllib.add_argument("--action-dim", type=int, help="one step's action width, where the file cannot tell")
+    rllib.add_argument(
+        "--horizon",
+        type=int,
+        help="H, control steps per RL step (the runner's; default: a train recording's chunk, 1 for teleop)",
+    )
+    rllib.add_argument(
+        "--states", help="comma-separated states the policy reads (default: every one configured and recorded)"
+    )
+    rllib.add_argument(
+        "--images", help="comma-separated images the policy reads (default: every one configured and recorded)"
+    )
+    rllib.add_argument(
+        "--state-dims", nargs="*", default=[], metavar="NAME=N", help="widths (default: the recording's)"
+    )
+    rllib.add_argument("--action-dim", type=int, help="one step's action width (default: the recording's)")
     rllib.add_argument(
         "--no-normalize-actions",
         dest="normalize_actions",
@@ -388,15 +402,20 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if len(args.to) > 2:
-        parser.error("--to takes a format and, unless --output is given, the folder to write into")
-    fmt = args.to[0]
-    out = Path(args.to[1]) if len(args.to) == 2 else args.output
+    fmt, *rest = args.to
+    # --to FORMAT may be followed by the files (argparse hands them to --to), or, in the older form, by the folder
+    args.files += [Path(value) for value in rest if value.endswith(".mcap") or Path(value).is_file()]
+    folders = [Path(value) for value in rest if not (value.endswith(".mcap") or Path(value).is_file())]
+    if len(folders) > 1:
+        parser.error(f"--to takes one format; {', '.join(map(str, folders))}: not MCAP files. {USAGE}")
+    out = folders[0] if folders else args.output
     if fmt not in ("npz", "rllib"):
         parser.error(f"--to: format {fmt!r} is not supported; supported: npz, rllib")
+    if not args.files:
+        parser.error(f"give the recording's MCAP files. {USAGE}")
     if out is None:
-        parser.error("--to: give the folder to write into (--to FORMAT OUT, or --output OUT)")
-    if len(args.to) == 2 and args.output is not None and args.output != out:
+        parser.error(f"give the folder to write into with --output. {USAGE}")
+    if folders and args.output is not None and args.output != out:
         parser.error(f"two output folders: {out} (--to) and {args.output} (--output)")
     missing = [str(p) for p in args.files if not p.is_file()]
     if missing:
@@ -444,7 +463,7 @@ def _export_rllib(parser: argparse.ArgumentParser, args: argparse.Namespace, mod
     try:
         from plugrl_ros.params.section import ConfigError
         from plugrl_ros.rllib.offline import export_rllib
-        from plugrl_ros.rllib.spaces import robot_spaces
+        from plugrl_ros.rllib.spaces import observation_names, robot_spaces
     except ImportError as exc:
         print(
             f"plugrl-export: --to rllib needs the rllib extra (pip install 'plugrl_ros[rllib]'): {exc}", file=sys.stderr
@@ -456,26 +475,42 @@ def _export_rllib(parser: argparse.ArgumentParser, args: argparse.Namespace, mod
         if not width.isdigit():
             parser.error(f"--state-dims: {item!r} is not NAME=N")
         dims[name] = int(width)
-    names = {
-        key: None if value is None else [n for n in value.split(",") if n]
-        for key, value in (("states", args.states), ("images", args.images))
+    assembler = assembler_for(mode)
+    readers: list[RecordingReader] = []
+    episodes = iter_episodes(args.files, assembler, readers)
+    first = next(episodes, None)
+    if first is None:
+        _report(readers, assembler, mode)
+        print("plugrl-export: the recording holds no finished episode to export", file=sys.stderr)
+        return 2
+    # what the recording itself says: each observation's shape, the chunk's horizon, one step's action width
+    shapes = {
+        key.partition("/")[2]: value.shape[1:] for key, value in first.arrays.items() if key.startswith("observations/")
     }
+    actions = first.arrays["actions" if mode == "train" else "step_actions"]
+    horizon = args.horizon if args.horizon is not None else (int(actions.shape[1]) if mode == "train" else 1)
+    action_dim = args.action_dim if args.action_dim is not None else int(actions.shape[-1])
     try:
-        spaces = robot_spaces(args.config, horizon=args.horizon, state_dims=dims, action_dim=args.action_dim, **names)
+        configured = dict(zip(("states", "images"), observation_names(args.config), strict=True))
+        names = {
+            group: [n for n in configured[group] if f"{group}/{n}" in shapes]
+            if given is None
+            else [n for n in given.split(",") if n]
+            for group, given in (("states", args.states), ("images", args.images))
+        }
+        spaces = robot_spaces(
+            args.config, horizon=horizon, state_dims=dims, action_dim=action_dim, recorded=shapes, **names
+        )
     except (ConfigError, ValueError, OSError) as exc:
         print(f"plugrl-export: {args.config}: {exc}", file=sys.stderr)
         return 2
-    assembler = assembler_for(mode)
-    readers: list[RecordingReader] = []
-    recorded = (
-        (mode, ep.arrays, f"env {ep.env} episode {ep.index}") for ep in iter_episodes(args.files, assembler, readers)
-    )
+    recorded = ((mode, ep.arrays, f"env {ep.env} episode {ep.index}") for ep in itertools.chain([first], episodes))
     counts = export_rllib(recorded, spaces, out, normalize_actions=args.normalize_actions)
     _report(readers, assembler, mode)
     for reason in counts.skipped:
         print(f"skipped {reason}", file=sys.stderr)
     print(
-        f"wrote {counts.episodes} RLlib episode(s), {counts.steps} RL step(s) of H = {args.horizon} "
+        f"wrote {counts.episodes} RLlib episode(s), {counts.steps} RL step(s) of H = {horizon} "
         f"({counts.intervened_steps} commanded by a person) to {out}: "
         f"config.offline_data(input_=[{str(out)!r}], input_read_episodes=True)"
     )

@@ -68,6 +68,7 @@ def robot_spaces(
     state_dims: Mapping[str, int] | None = None,
     image_shapes: Mapping[str, Sequence[int]] | None = None,
     action_dim: int | None = None,
+    recorded: Mapping[str, Sequence[int]] | None = None,
 ) -> RobotSpaces:
     """The spaces of the robot the bridge's ``params_file`` describes.
 
@@ -77,7 +78,9 @@ def robot_spaces(
     cannot tell; ``action_dim`` the width of one step's action where the file
     leaves it to the trainer (an actuator that takes the whole action), and
     must match the file's actuators otherwise. ``horizon`` is H, the steps per
-    action chunk.
+    action chunk. ``recorded``: the shapes a recording holds, keyed
+    ``states/NAME`` and ``images/NAME``; they give a width neither the file nor
+    ``state_dims``/``image_shapes`` gives, and must match one the file fixes.
     """
     values = _parameters(Path(params_file))
     root = Section(values, "")
@@ -88,6 +91,12 @@ def robot_spaces(
     image_shapes = {name: tuple(shape) for name, shape in (image_shapes or {}).items()}
     _check_overrides(state_dims, chosen_states, "state_dims")
     _check_overrides(image_shapes, chosen_images, "image_shapes")
+    for key, shape in (recorded or {}).items():
+        group, _, name = key.partition("/")
+        if group == "states" and name in chosen_states and len(shape) == 1:
+            state_dims.setdefault(name, int(shape[0]))
+        elif group == "images" and name in chosen_images:
+            image_shapes.setdefault(name, tuple(int(n) for n in shape))
     groups: dict[str, gym.spaces.Dict] = {}
     if chosen_states:
         groups["states"] = gym.spaces.Dict(
@@ -115,6 +124,12 @@ def robot_spaces(
         )
     step_space = gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
     return RobotSpaces(gym.spaces.Dict(groups), step_space, ChunkMapping(horizon, low.shape[0]))
+
+
+def observation_names(params_file: str | Path) -> tuple[list[str], list[str]]:
+    """The states and the images ``params_file`` configures, each sorted by name."""
+    observations = Section(_parameters(Path(params_file)), "").section("observations")
+    return sorted(observations.section("states").names()), sorted(observations.section("images").names())
 
 
 # -- the file ---------------------------------------------------------------------------
