@@ -79,17 +79,22 @@ def server(checkpoint) -> Iterator[int]:
     path, _ = checkpoint
     command = python_module("plugrl_ros.rllib.policy_server", "--rllib", str(path), "--config", str(DEMO))
     with process([*command, "--port", "0"]) as served:
-        line = wait_until(
-            lambda: (
-                next((x for x in served.output().splitlines() if x.startswith("listening on")), None)
-                or (served.proc.poll() is not None and f"exited: {served.output()}")
-            ),
-            WAIT_S,
-            "the policy server listening",
-        )
+        line = listening_line(served)
         assert line.startswith("listening on"), line
         yield int(line.rsplit(":", 1)[1])
     assert served.proc.returncode == 0, served.output()  # SIGINT: an orderly stop
+
+
+def listening_line(served) -> str:
+    """The server's ``listening on ...`` line, once it prints it (or what it said if it exited first)."""
+    return wait_until(
+        lambda: (
+            next((x for x in served.output().splitlines() if x.startswith("listening on")), None)
+            or (served.proc.poll() is not None and f"exited: {served.output()}")
+        ),
+        WAIT_S,
+        "the policy server listening",
+    )
 
 
 def ask(port: int, requests: list[dict]) -> tuple[dict, list[Chunk]]:
@@ -258,14 +263,7 @@ def test_with_a_key_set_a_keyless_or_wrong_handshake_is_refused_with_401_and_the
         "--api-key-env", "PLUGRL_TEST_POLICY_KEY", "--tls-cert", str(tmp_path / "server.pem"),
     )  # fmt: skip
     with process(command, env={**os.environ, "PLUGRL_TEST_POLICY_KEY": key}) as served:
-        line = wait_until(
-            lambda: (
-                next((x for x in served.output().splitlines() if x.startswith("listening on")), None)
-                or (served.proc.poll() is not None and f"exited: {served.output()}")
-            ),
-            WAIT_S,
-            "the policy server listening",
-        )
+        line = listening_line(served)
         assert line.startswith("listening on wss://"), line
         uri = f"wss://localhost:{line.rsplit(':', 1)[1]}"
         context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
