@@ -132,7 +132,7 @@ class DeployMode:
         self.links.join(self.config.policy.server.open_timeout_s + 1.0)
         # The executor no longer spins: each connection's close is handled here, so the recording and the log
         # end with it. Answers are dropped: the actuators are idle for good.
-        self._handle_events(stopping=True)
+        self._deliver(stopping=True)
 
     def on_input(self, env: int) -> None:
         """Timer mode: a message only updates the env's sources, read at the next tick."""
@@ -154,18 +154,7 @@ class DeployMode:
 
     # -- policy link events ---------------------------------------------------
 
-    def _deliver(self) -> None:
-        """The wakeup's callback: every event the links queued, handed on (see :meth:`_handle_events`).
-
-        It takes no argument: rclpy's EventsExecutor passes a timer's info to a
-        callback that takes one, and the wakeup's fallback timer calls this.
-        (When this took ``stopping=False``, that info read as True: every answer
-        the timer drained was dropped while its request stayed in flight, and the
-        robot stood idle until the 5 s bound closed the link.)
-        """
-        self._handle_events(stopping=False)
-
-    def _handle_events(self, stopping: bool) -> None:
+    def _deliver(self, stopping: bool = False) -> None:
         """Hand the links' events to each robot's runner, the recording and the log (``stopping``: the bridge
         closed the links; only connects and closes are taken, and a close is no loss)."""
         log = self._node.get_logger()

@@ -37,11 +37,6 @@ from plugrl_ros.protocol.connection import Outgoing
 STOP_REASON = "plugrl-server-stop"
 RESYNC_REASON = "plugrl-server-resync"
 
-# An API key with spaces or a newline at either end (a key file read with its newline) never matches: said at startup.
-KEY_WHITESPACE = (
-    "the key in the environment variable {env} begins or ends with whitespace (a newline from a key file?), "
-    "so it would never match; strip it"
-)
 
 CLOSE_NORMAL = 1000
 CLOSE_PROTOCOL_ERROR = 1002
@@ -104,8 +99,9 @@ class ClientSettings:
             if not key:
                 why = f"the environment variable {self.api_key_env} is not set or empty"
                 return "api_key_env", self.api_key_env, why
-            if key != key.strip():
-                return "api_key_env", self.api_key_env, KEY_WHITESPACE.format(env=self.api_key_env)
+            padded = padded_key(self.api_key_env, key)
+            if padded:
+                return "api_key_env", self.api_key_env, padded
         if self.ca_file and self.uri.startswith("wss://"):
             try:
                 ssl.create_default_context(cafile=self.ca_file)
@@ -113,6 +109,20 @@ class ClientSettings:
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
                 return "ca_file", self.ca_file, f"cannot load it as a CA bundle: {reason}"
         return None
+
+
+def padded_key(variable: str, key: str) -> str:
+    """Why ``key`` (from ``variable``) can never match, if it begins or ends with whitespace; else "".
+
+    A key file read with its newline is the usual cause; the bridge and every
+    server refuse to start with it rather than fail every handshake.
+    """
+    if key == key.strip():
+        return ""
+    return (
+        f"the key in the environment variable {variable} begins or ends with whitespace (a newline from a key "
+        "file?), so it would never match; strip it"
+    )
 
 
 # -- events the client reports to its consumer -------------------------------
@@ -320,7 +330,7 @@ class TrainerClient:
 
     async def _connect(self) -> ClientConnection | None:
         """Open a connection, or None if :meth:`stop` came first (a hung handshake must not delay it)."""
-        opening = asyncio.ensure_future(self._open())
+        opening = asyncio.ensure_future(open_connection(self._settings))
         stopping = asyncio.ensure_future(self._stopping.wait())
         await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
@@ -441,9 +451,6 @@ class TrainerClient:
             await asyncio.wait_for(self._stopping.wait(), timeout=delay)
         except asyncio.TimeoutError:
             pass
-
-    def _open(self) -> Awaitable[ClientConnection]:
-        return open_connection(self._settings)
 
 
 # What a connection can fail with at any point, from the handshake to the close: each is a lost

@@ -28,7 +28,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import MultipleValuesError
 from websockets.http11 import Request, Response
 
-from plugrl_ros.protocol.client import KEY_WHITESPACE
+from plugrl_ros.protocol.client import padded_key
 
 DEFAULT_API_KEY_ENV = "PLUGRL_API_KEY"
 REFUSAL_LOG_INTERVAL_S = 60.0
@@ -69,9 +69,10 @@ class ServerAccess:
         if not self.api_key_env:
             return None
         key = environ.get(self.api_key_env, "")
-        if key and key != key.strip():
-            raise AccessError("api_key_env", KEY_WHITESPACE.format(env=self.api_key_env))
         if key:
+            padded = padded_key(self.api_key_env, key)
+            if padded:
+                raise AccessError("api_key_env", padded)
             return key
         if self.api_key_env == DEFAULT_API_KEY_ENV:
             return None

@@ -404,8 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     fmt, *rest = args.to
     # --to FORMAT may be followed by the files (argparse hands them to --to), or, in the older form, by the folder
-    args.files += [Path(value) for value in rest if value.endswith(".mcap") or Path(value).is_file()]
-    folders = [Path(value) for value in rest if not (value.endswith(".mcap") or Path(value).is_file())]
+    folders: list[Path] = []
+    for value in map(Path, rest):
+        (args.files if value.suffix == ".mcap" or value.is_file() else folders).append(value)
     if len(folders) > 1:
         parser.error(f"--to takes one format; {', '.join(map(str, folders))}: not MCAP files. {USAGE}")
     out = folders[0] if folders else args.output
@@ -463,7 +464,7 @@ def _export_rllib(parser: argparse.ArgumentParser, args: argparse.Namespace, mod
     try:
         from plugrl_ros.params.section import ConfigError
         from plugrl_ros.rllib.offline import export_rllib
-        from plugrl_ros.rllib.spaces import observation_names, robot_spaces
+        from plugrl_ros.rllib.spaces import robot_spaces
     except ImportError as exc:
         print(
             f"plugrl-export: --to rllib needs the rllib extra (pip install 'plugrl_ros[rllib]'): {exc}", file=sys.stderr
@@ -491,11 +492,8 @@ def _export_rllib(parser: argparse.ArgumentParser, args: argparse.Namespace, mod
     horizon = args.horizon if args.horizon is not None else (int(actions.shape[1]) if mode == "train" else 1)
     action_dim = args.action_dim if args.action_dim is not None else int(actions.shape[-1])
     try:
-        configured = dict(zip(("states", "images"), observation_names(args.config), strict=True))
         names = {
-            group: [n for n in configured[group] if f"{group}/{n}" in shapes]
-            if given is None
-            else [n for n in given.split(",") if n]
+            group: None if given is None else [n for n in given.split(",") if n]
             for group, given in (("states", args.states), ("images", args.images))
         }
         spaces = robot_spaces(

@@ -81,12 +81,14 @@ def robot_spaces(
     action chunk. ``recorded``: the shapes a recording holds, keyed
     ``states/NAME`` and ``images/NAME``; they give a width neither the file nor
     ``state_dims``/``image_shapes`` gives, and must match one the file fixes.
+    With them, the default names are those the file configures and the
+    recording holds.
     """
     values = _parameters(Path(params_file))
     root = Section(values, "")
     observations = root.section("observations")
-    chosen_states = _chosen(observations.section("states"), states, "states")
-    chosen_images = _chosen(observations.section("images"), images, "images")
+    chosen_states = _chosen(observations.section("states"), states, "states", recorded)
+    chosen_images = _chosen(observations.section("images"), images, "images", recorded)
     state_dims = dict(state_dims or {})
     image_shapes = {name: tuple(shape) for name, shape in (image_shapes or {}).items()}
     _check_overrides(state_dims, chosen_states, "state_dims")
@@ -126,12 +128,6 @@ def robot_spaces(
     return RobotSpaces(gym.spaces.Dict(groups), step_space, ChunkMapping(horizon, low.shape[0]))
 
 
-def observation_names(params_file: str | Path) -> tuple[list[str], list[str]]:
-    """The states and the images ``params_file`` configures, each sorted by name."""
-    observations = Section(_parameters(Path(params_file)), "").section("observations")
-    return sorted(observations.section("states").names()), sorted(observations.section("images").names())
-
-
 # -- the file ---------------------------------------------------------------------------
 
 
@@ -164,10 +160,12 @@ def _flat(tree: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]
             yield key, value
 
 
-def _chosen(section: Section, names: Sequence[str] | None, what: str) -> list[str]:
+def _chosen(
+    section: Section, names: Sequence[str] | None, what: str, recorded: Mapping[str, Sequence[int]] | None
+) -> list[str]:
     configured = section.names()
     if names is None:
-        return sorted(configured)
+        return sorted(name for name in configured if recorded is None or f"{what}/{name}" in recorded)
     unknown = [name for name in names if name not in configured]
     if unknown:
         raise ConfigError(
