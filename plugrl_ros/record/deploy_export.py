@@ -32,7 +32,13 @@ from typing import Any
 import numpy as np
 
 from plugrl_ros.record import channels
-from plugrl_ros.record.export import CallGaps, EpisodeArrays, observation_part, stack_observations
+from plugrl_ros.record.episode_parts import (
+    CallGaps,
+    EpisodeArrays,
+    episode_or_reason,
+    observation_part,
+    stack_observations,
+)
 from plugrl_ros.record.read import Recorded, array, labelled, values
 
 
@@ -144,13 +150,7 @@ class DeployEpisodeAssembler:
 
     def _close(self, robot: _Robot) -> Iterator[EpisodeArrays]:
         episode, robot.episode = robot.episode, _Episode()
-        try:
-            arrays = _episode_arrays(robot.index, episode)
-        except ValueError as exc:
-            self.skipped.append(f"env {robot.index} episode {robot.exported}: {exc}")
-            robot.exported += 1
-            return
-        yield EpisodeArrays(robot.index, robot.exported, arrays)
+        yield from episode_or_reason(_episode_arrays, robot.index, episode, robot.exported, self.skipped)
         robot.exported += 1
 
 

@@ -29,7 +29,13 @@ from typing import Any
 import numpy as np
 
 from plugrl_ros.record import channels
-from plugrl_ros.record.export import CallGaps, EpisodeArrays, observation_part, stack_observations
+from plugrl_ros.record.episode_parts import (
+    CallGaps,
+    EpisodeArrays,
+    episode_or_reason,
+    observation_part,
+    stack_observations,
+)
 from plugrl_ros.record.read import Recorded, array, labelled
 
 
@@ -149,13 +155,7 @@ class TeleopEpisodeAssembler:
         episode, env.episode = env.episode, _Episode()
         if not episode.ticks:
             return
-        try:
-            arrays = _episode_arrays(env.index, episode)
-        except ValueError as exc:
-            self.skipped.append(f"env {env.index} demonstration {env.exported}: {exc}")
-            env.exported += 1
-            return
-        yield EpisodeArrays(env.index, env.exported, arrays)
+        yield from episode_or_reason(_episode_arrays, env.index, episode, env.exported, self.skipped, "demonstration")
         env.exported += 1
 
 

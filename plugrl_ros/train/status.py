@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from plugrl_ros.robot.robot_side import RobotSide
 from plugrl_ros.robot.status import ERROR, OK, WARN, Entry, env_condition, percentile_ms, person_values, share
 from plugrl_ros.rollout.env_rollout import EnvRollout
+from plugrl_ros.rollout.rollout import Rollout
+from plugrl_ros.ros.config import BridgeConfig
+from plugrl_ros.train.rates import RateMeter
+from plugrl_ros.train.trainer_link import TrainerLink
 
-if TYPE_CHECKING:  # the mode imports this module
-    from plugrl_ros.train.train_mode import TrainMode
+
+class TrainMode(Protocol):
+    """What the reports read of train mode (:class:`plugrl_ros.train.train_mode.TrainMode`, which imports this)."""
+
+    config: BridgeConfig
+    robot: RobotSide
+    rollout: Rollout
+    link: TrainerLink
+    lockstep: bool
+    loop_rate: RateMeter
+    last_close: str
+    reconnects: int
+    config_problem: str
+
+    def step_rates_hz(self, now_ns: int) -> list[float]: ...
 
 
 class UplinkMeter:
