@@ -17,9 +17,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from plugrl_ros import executables
+from plugrl_ros.demo.diagnostics import parse_deploy_diagnostics, parse_diagnostics
 from plugrl_ros.demo.reacher import Reacher, ReacherSpec, fingertip
 from plugrl_ros.demo.results import EpisodeRecord, moving_average, summarize, write_results
-from plugrl_ros.demo.runner import parse_deploy_diagnostics, parse_diagnostics
 from plugrl_ros.demo.trainer import DemoTrainer, DemoTrainerSettings, PolicyGradient, Session
 from plugrl_ros.protocol.client import RESYNC_REASON, ClientSettings
 from plugrl_ros.protocol.codec import packb, unpackb
@@ -386,7 +386,7 @@ def test_demo_script_runs_learns_and_writes_its_results(tmp_path: Path):
 
 
 def test_the_person_share_is_read_from_the_bridge_and_summed_minute_by_minute():
-    from plugrl_ros.demo.runner import BridgeStatus, intervention_summary
+    from plugrl_ros.demo.diagnostics import BridgeStatus, intervention_summary
 
     trainer = {"connected": "True", "infer round trip median ms": "3.5", "reconnects": "0"}
     statuses = {
@@ -464,8 +464,9 @@ def test_the_deploy_step_serves_a_linear_policy_that_reaches_the_target(tmp_path
     """The demo's own deploy commands, with a known-good linear policy in place of the learned one."""
     from harness import process, python_module, wait_until
 
+    from plugrl_ros.demo.children import deploy_bridge_command
+    from plugrl_ros.demo.diagnostics import DiagnosticsWatch
     from plugrl_ros.demo.learned_policy import policy_server_command
-    from plugrl_ros.demo.runner import DiagnosticsWatch, deploy_bridge_command
     from plugrl_ros.shipped import shipped_file
 
     # the states in name order: joints (2 angles, 2 velocities), then target (dx, dy, then the joint offsets)

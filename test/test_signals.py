@@ -257,9 +257,9 @@ def test_a_signal_while_an_executable_imports_ends_it_with_0_before_it_starts(tm
 
 
 def _demo_stop(command: list[str], tmp_path: Path) -> int:
-    from plugrl_ros.demo.runner import _Child
+    from plugrl_ros.demo.children import Child
 
-    child = _Child("child", command, tmp_path / "child.log")
+    child = Child("child", command, tmp_path / "child.log")
     time.sleep(0.5)
     return child.stop(timeout=10)
 

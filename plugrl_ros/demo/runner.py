@@ -21,204 +21,40 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import logging
-import os
-import shutil
 import statistics
-import subprocess
 import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from plugrl_ros import executables, stop_request
+from plugrl_ros import stop_request
+from plugrl_ros.demo.children import (
+    Child,
+    bridge_command,
+    deploy_bridge_command,
+    robot_command,
+    teleop_command,
+)
+from plugrl_ros.demo.diagnostics import BridgeStatus, DeployStatus, DiagnosticsWatch, intervention_summary
 from plugrl_ros.demo.learned_policy import LearnedPolicy, learned_policy
+from plugrl_ros.demo.progress import Progress, deploy_status_line, status_line
 from plugrl_ros.demo.results import NO_PLOT, EpisodeRecord, summarize, write_results
 from plugrl_ros.demo.rllib_trainer import ALGORITHMS, rllib_trainer
-from plugrl_ros.demo.robot_node import namespace
 from plugrl_ros.demo.trainer import RECENT_EPISODES, DemoTrainer, DemoTrainerSettings, TrainerStats
 from plugrl_ros.shipped import shipped_file
-from plugrl_ros.tools.bridge_watch import BridgeWatch, Statuses
 from plugrl_ros.tools.serving import TrainerThread
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 
 CONNECT_TIMEOUT_S = 60.0  # the bridge must reach the trainer within this long of starting
-STOP_TIMEOUT_S = 15.0
 TRAINER_START_TIMEOUT_S = 120.0  # RLlib starts Ray and builds its algorithm before it listens
 END_GRACE_S = 60.0  # after the run ends, the bridge must exit within this long
-TTY_PERIOD_S = 1.0
-PLAIN_PERIOD_S = 5.0
-RATE_WINDOW_S = 5.0
 # The demo's feedback arrives within milliseconds, and config/demo.yaml makes the bridge send it within
 # control.feedback_deadline_s (5 s) in any case; a link that stalls is closed after this (a PlugRL
 # trainer waits 60 s) and the bridge reconnects.
 FEEDBACK_TIMEOUT_S = 10.0
-EPISODE_S = 3.0  # config/demo.yaml's episode.max_steps (60) at 20 Hz
-
-
-# -- the bridge's /diagnostics ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BridgeStatus:
-    """What the bridge last said on /diagnostics."""
-
-    received_at: float
-    connected: bool
-    infer_ms: float | None  # the bridge's median infer round trip over its recent infers
-    steps: int  # env steps, all envs
-    episodes: int
-    reconnects: int  # connections lost or resynced since the bridge started
-    person_steps: int = 0  # with a person in the loop: the steps the person commanded, all envs
-
-
-def parse_diagnostics(statuses: Statuses, received_at: float) -> BridgeStatus | None:
-    """The bridge's status from a /diagnostics message's statuses (None if the bridge is not among them)."""
-    trainer = None
-    steps = episodes = person = 0
-    for name, (_, values) in statuses.items():
-        if name.endswith(": trainer") and "infer round trip median ms" in values:
-            trainer = values
-        elif ": env " in name and "steps" in values:
-            steps += _int(values.get("steps"))
-            episodes += _int(values.get("episodes"))
-            person += _int(values.get("person steps"))
-    if trainer is None:
-        return None
-    try:
-        infer_ms: float | None = float(trainer["infer round trip median ms"])
-    except ValueError:
-        infer_ms = None  # "-": no infer yet
-    connected = trainer.get("connected") == "True"
-    return BridgeStatus(received_at, connected, infer_ms, steps, episodes, _int(trainer.get("reconnects")), person)
-
-
-@dataclass(frozen=True)
-class DeployStatus:
-    """What the bridge in deploy mode last said on /diagnostics, summed over its robots."""
-
-    received_at: float
-    connected: int  # robots connected to the policy server
-    robots: int
-    episodes: int
-    return_sum: float  # of every finished episode (each robot's mean return times its episodes)
-    successes: int
-    steps: int  # control ticks that applied a policy action
-    idle_steps: int  # ticks at a chunk boundary with nothing left to apply
-    latency_ms: float | None  # the largest of the robots' median request latencies
-
-    @property
-    def mean_return(self) -> float | None:
-        return self.return_sum / self.episodes if self.episodes else None
-
-
-def parse_deploy_diagnostics(statuses: Statuses, received_at: float) -> DeployStatus | None:
-    """The deploy-mode bridge's status from a /diagnostics message's statuses (None if it is not among them)."""
-    link = None
-    episodes = successes = steps = idle = 0
-    return_sum = 0.0
-    latencies = []
-    for name, (_, values) in statuses.items():
-        if name.endswith(": policy server") and "connected robots" in values:
-            link = values
-        elif ": env " in name and "mean return" in values:
-            n = _int(values.get("episodes"))
-            episodes += n
-            successes += _int(values.get("successes"))
-            steps += _int(values.get("steps"))
-            idle += _int(values.get("idle steps at boundaries"))
-            mean = _float(values.get("mean return"))
-            if n and mean is not None:
-                return_sum += n * mean
-            latency = _float(values.get("request latency median ms"))
-            if latency is not None:
-                latencies.append(latency)
-    if link is None:
-        return None
-    connected, _, robots = link["connected robots"].partition("/")
-    return DeployStatus(
-        received_at,
-        _int(connected),
-        _int(robots),
-        episodes,
-        return_sum,
-        successes,
-        steps,
-        idle,
-        max(latencies) if latencies else None,
-    )
-
-
-def _float(text: str | None) -> float | None:
-    try:
-        return float(text or "")
-    except ValueError:
-        return None  # "-": nothing measured yet
-
-
-def _int(text: str | None) -> int:
-    try:
-        return int(text or 0)
-    except ValueError:
-        return 0
-
-
-class DiagnosticsWatch:
-    """Keeps the bridge's latest /diagnostics, from a small ROS node in this process."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._latest: BridgeStatus | None = None
-        self._deploy: DeployStatus | None = None
-        self._history: deque[BridgeStatus] = deque(maxlen=4000)
-        self._watch = BridgeWatch("plugrl_demo_progress", self._on_statuses)
-
-    def _on_statuses(self, statuses: Statuses, received_at: float) -> None:
-        deploy = parse_deploy_diagnostics(statuses, received_at)
-        if deploy is not None:
-            with self._lock:
-                self._deploy = deploy
-            return
-        status = parse_diagnostics(statuses, received_at)
-        if status is not None:
-            with self._lock:
-                self._latest = status
-                self._history.append(status)
-
-    @property
-    def latest(self) -> BridgeStatus | None:
-        with self._lock:
-            return self._latest
-
-    @property
-    def deploy(self) -> DeployStatus | None:
-        """The deploy-mode bridge's latest status."""
-        with self._lock:
-            return self._deploy
-
-    def history(self) -> list[BridgeStatus]:
-        with self._lock:
-            return list(self._history)
-
-    def steps_per_s(self) -> float | None:
-        """Env steps per second over the last few seconds of reports."""
-        with self._lock:
-            if not self._history:
-                return None
-            last = self._history[-1]
-            window = [s for s in self._history if s.received_at >= last.received_at - RATE_WINDOW_S]
-        first = window[0]
-        if last.received_at - first.received_at < 0.5:
-            return None
-        return (last.steps - first.steps) / (last.received_at - first.received_at)
-
-    def close(self) -> None:
-        self._watch.close()
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -312,173 +148,6 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         args.mode = "timer" if args.teleop == "scripted" else "lockstep"
 
 
-def bridge_command(args: argparse.Namespace, config: Path, port: int) -> list[str]:
-    """The bridge's command line: the shipped config plus this run's overrides, as a user would write them."""
-    envs = ", ".join(f"'{namespace(i)}'" for i in range(args.envs))
-    overrides = {
-        "trainer.uri": f"ws://127.0.0.1:{port}",
-        "envs": f"[{envs}]",
-        "control.mode": args.mode,
-        "control.rate_hz": repr(float(args.rate)),
-    }
-    if args.record:
-        # absolute: the bridge may resolve a relative folder against another working directory
-        overrides["record.path"] = str(Path(args.output).resolve())
-    if args.mode == "timer":
-        # The robot then runs in real time at --rate: keep episodes as long in seconds as the config's
-        # max_steps are at its 20 Hz (in lockstep a step is always 0.05 s of simulated time).
-        overrides["episode.max_steps"] = str(max(1, round(EPISODE_S * args.rate)))
-    command = executables.command("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(config))
-    if args.teleop == "scripted":
-        command += ["--params-file", str(shipped_file("config", "demo_intervention.yaml"))]
-    for key, value in overrides.items():
-        command += ["-p", f"{key}:={value}"]
-    return command
-
-
-def teleop_command(args: argparse.Namespace) -> list[str]:
-    """The scripted person: a gamepad per reacher, helping during the run's first ``--teleop-minutes``."""
-    return executables.command(
-        "plugrl_ros.demo.teleop_node", "--envs", str(args.envs), "--minutes", repr(float(args.teleop_minutes))
-    )
-
-
-def deploy_bridge_command(
-    args: argparse.Namespace, config: Path, port: int, horizon: int, execution: str = "switch"
-) -> list[str]:
-    """The bridge in deploy mode: the same config and robots, a policy server instead of the trainer."""
-    envs = ", ".join(f"'{namespace(i)}'" for i in range(args.envs))
-    overrides = {
-        "mode": "deploy",
-        "policy.uri": f"ws://127.0.0.1:{port}",
-        "policy.action_horizon": str(horizon),
-        "policy.execution.mode": execution,
-        "envs": f"[{envs}]",
-        "control.mode": "timer",  # deploy mode runs on the control timer; a lockstep robot steps per command
-        "control.rate_hz": repr(float(args.rate)),
-        "episode.max_steps": str(max(1, round(EPISODE_S * args.rate))),  # as long in seconds as in training
-    }
-    command = executables.command("plugrl_ros.node.bridge_main", "--ros-args", "--params-file", str(config))
-    for key, value in overrides.items():
-        command += ["-p", f"{key}:={value}"]
-    return command
-
-
-def robot_command(args: argparse.Namespace) -> list[str]:
-    return executables.command(
-        "plugrl_ros.demo.robot_node",
-        "--envs",
-        str(args.envs),
-        "--mode",
-        args.mode,
-        "--rate",
-        repr(float(args.rate)),
-        "--seed",
-        str(args.seed),
-    )
-
-
-def intervention_summary(history: Sequence[BridgeStatus], helping_minutes: float) -> dict[str, Any]:
-    """The person's share of the steps, over the run and minute by minute, from the bridge's /diagnostics."""
-    if not history:
-        return {"person_steps": 0, "share": None, "share_by_minute": [], "helping_minutes": helping_minutes}
-    last, start = history[-1], history[0].received_at
-    by_minute: list[float | None] = []
-    before = history[0]
-    for minute in range(1, int((last.received_at - start) // 60.0) + 2):
-        inside = [s for s in history if s.received_at <= start + 60.0 * minute]
-        end = inside[-1]
-        steps = end.steps - before.steps
-        by_minute.append(round((end.person_steps - before.person_steps) / steps, 4) if steps > 0 else None)
-        before = end
-    return {
-        "person_steps": last.person_steps,
-        "share": round(last.person_steps / last.steps, 4) if last.steps else None,
-        "share_by_minute": by_minute,
-        "helping_minutes": helping_minutes,
-    }
-
-
-class _Child:
-    """A ROS process whose output goes to a log file; stopped as a Ctrl-C stops it (stop_request.stop_child)."""
-
-    def __init__(self, name: str, command: list[str], log_path: Path) -> None:
-        self.name = name
-        self.log_path = log_path
-        self._log: IO[str] = open(log_path, "w")  # closed in stop()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        # its own process group: a Ctrl-C in the terminal reaches it only through this demo, in order
-        self.proc = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
-        code = stop_request.stop_child(self.proc, timeout)
-        self._log.close()
-        return code
-
-
-class Progress:
-    """One status line, redrawn in place on a terminal; a plain line every few seconds otherwise."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
-        self._tty = stream.isatty()
-        self._period = TTY_PERIOD_S if self._tty else PLAIN_PERIOD_S
-        self._shown_at = -1e9
-        self._drawn = False
-
-    def due(self, now: float) -> bool:
-        return now - self._shown_at >= self._period
-
-    def show(self, now: float, text: str) -> None:
-        self._shown_at = now
-        if self._tty:
-            width = shutil.get_terminal_size((120, 20)).columns - 1
-            self._stream.write("\r\x1b[2K" + text[:width])
-            self._drawn = True
-        else:
-            self._stream.write(text + "\n")
-        self._stream.flush()
-
-    def done(self) -> None:
-        if self._drawn:
-            self._stream.write("\n")
-            self._stream.flush()
-            self._drawn = False
-
-
-def status_line(stats: TrainerStats, bridge: BridgeStatus | None, steps_per_s: float | None, duration: float) -> str:
-    """The progress line: connection, env steps/s, episodes, recent mean return, infer latency (fits 80 columns)."""
-    if stats.finished:
-        link = "run finished"
-    elif stats.connected:
-        link = "connected"
-    elif stats.elapsed_s > 0:
-        link = "DISCONNECTED"
-    else:
-        link = "waiting for the bridge"
-    clock = f"{min(stats.elapsed_s, duration):3.0f}/{duration:g} s"
-    rate = "-" if steps_per_s is None else f"{steps_per_s:.0f}"
-    ret = "-" if stats.recent_mean_return is None else f"{stats.recent_mean_return:.2f}"
-    infer = "-" if bridge is None or bridge.infer_ms is None else f"{bridge.infer_ms:.1f} ms"
-    return f"{clock} | {link} | {rate} steps/s | {stats.episodes} episodes | return {ret} | infer {infer}"
-
-
-def deploy_status_line(status: DeployStatus | None, elapsed_s: float, duration: float) -> str:
-    """The deploy step's progress line: time, policy server link, episodes, mean return, request latency."""
-    clock = f"deploy {min(elapsed_s, duration):3.0f}/{duration:g} s"
-    if status is None:
-        return f"{clock} | waiting for the bridge"
-    link = f"policy server {status.connected}/{status.robots} connected"
-    ret = "-" if status.mean_return is None else f"{status.mean_return:.2f}"
-    latency = "-" if status.latency_ms is None else f"{status.latency_ms:.1f} ms"
-    return f"{clock} | {link} | {status.episodes} episodes | mean return {ret} | request {latency}"
-
-
 class DemoRun:
     """Starts the three parts, watches them, stops them, and reports."""
 
@@ -521,13 +190,13 @@ class DemoRun:
             f"{RECENT_EPISODES} episodes | infer round trip (bridge median)"
         )
         watch = DiagnosticsWatch()
-        robot = _Child("robot", robot_command(args), self.logs / "robot.log")
+        robot = Child("robot", robot_command(args), self.logs / "robot.log")
         deploy: dict[str, Any] | None = None
-        person: _Child | None = None
+        person: Child | None = None
         try:
             if args.teleop == "scripted":
-                person = _Child("scripted person", teleop_command(args), self.logs / "teleop.log")
-            bridge = _Child("bridge", bridge_command(args, config, port), self.logs / "bridge.log")
+                person = Child("scripted person", teleop_command(args), self.logs / "teleop.log")
+            bridge = Child("bridge", bridge_command(args, config, port), self.logs / "bridge.log")
             progress = Progress(self.out)
             started = time.monotonic()
             latencies: list[float] = []
@@ -588,7 +257,7 @@ class DemoRun:
 
     # -- the deploy step ------------------------------------------------------------
 
-    def _deploy(self, config: Path, policy: LearnedPolicy, watch: DiagnosticsWatch, robot: _Child) -> dict[str, Any]:
+    def _deploy(self, config: Path, policy: LearnedPolicy, watch: DiagnosticsWatch, robot: Child) -> dict[str, Any]:
         """Serve ``policy`` and drive the same robots with it in deploy mode; what /diagnostics counted.
 
         On a failure :attr:`failure` says what (the training results stand).
@@ -599,7 +268,7 @@ class DemoRun:
             f"plugrl-demo: deploying the learned policy ({policy.path}) for {args.deploy_duration:g} s: "
             f"{policy.server} serves it, the bridge runs in mode deploy at {args.rate:g} Hz"
         )
-        server = _Child("policy server", policy.command, self.logs / "policy_server.log")
+        server = Child("policy server", policy.command, self.logs / "policy_server.log")
         progress = Progress(self.out)
         status: DeployStatus | None = None
         bridge_code = server_code = None
@@ -607,7 +276,7 @@ class DemoRun:
             port = self._server_port(server)
             if port is not None:
                 command = deploy_bridge_command(args, config, port, horizon, policy.execution)
-                bridge = _Child("deploy bridge", command, self.logs / "deploy_bridge.log")
+                bridge = Child("deploy bridge", command, self.logs / "deploy_bridge.log")
                 try:
                     status = self._watch_deploy(bridge, server, robot, watch, progress)
                 finally:
@@ -638,7 +307,7 @@ class DemoRun:
         }
         return result
 
-    def _server_port(self, server: _Child) -> int | None:
+    def _server_port(self, server: Child) -> int | None:
         """The port the policy server said it listens on (its first line), or None (:attr:`failure` says why)."""
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while not stop_request.requested():
@@ -652,7 +321,7 @@ class DemoRun:
         return None
 
     def _watch_deploy(
-        self, bridge: _Child, server: _Child, robot: _Child, watch: DiagnosticsWatch, progress: Progress
+        self, bridge: Child, server: Child, robot: Child, watch: DiagnosticsWatch, progress: Progress
     ) -> DeployStatus | None:
         """Progress until ``--deploy-duration`` after every robot connected; the bridge's last status."""
         duration = self.args.deploy_duration
@@ -685,8 +354,8 @@ class DemoRun:
         self,
         trainer: TrainerThread[list[EpisodeRecord]],
         watch: DiagnosticsWatch,
-        robot: _Child,
-        bridge: _Child,
+        robot: Child,
+        bridge: Child,
         progress: Progress,
         started: float,
         latencies: list[float],
