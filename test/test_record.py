@@ -633,6 +633,33 @@ def test_record_path_in_the_bridge_config_turns_recording_on():
     assert recorded.enabled and recorded.path == Path("/tmp/runs")
 
 
+def test_a_bridge_recording_rotates_by_default_every_ten_minutes_or_two_gib(tmp_path):
+    """A long run never holds one ever-growing file (the writer keeps an open file's index in memory)."""
+    from plugrl_ros.ros.config import load_config
+
+    minimal = {
+        "observations.states.pos.topic": "state",
+        "observations.states.pos.type": "std_msgs/Float64MultiArray",
+        "actions.arm.topic": "cmd",
+        "actions.arm.type": "std_msgs/Float64MultiArray",
+        "actions.arm.slice": [0, 2],
+        "record.path": str(tmp_path / "rec"),
+    }
+    defaults = load_config(minimal).record
+    assert (defaults.max_file_duration_s, defaults.max_file_bytes) == (600.0, 2048 * 1024 * 1024)
+    off = load_config({**minimal, "record.max_file_mb": 0.0, "record.max_file_duration_s": 0.0}).record
+    assert (off.max_file_duration_s, off.max_file_bytes) == (None, None)
+    # the default settings, over 25 minutes of message time: three files
+    recorder = Recorder(defaults)
+    recorder.start()
+    recorder.config(0, {"control.rate_hz": 1.0}, {"plugrl_ros": "0.1.0"})
+    for minute in range(25):
+        recorder.latency(minute * 60 * 10**9 + 1, 0.01)
+    status = recorder.close()
+    assert status.state is RecorderState.STOPPED, status.error
+    assert len(status.files) == 3, status.files
+
+
 def test_calls_from_several_threads_are_numbered_in_the_order_they_are_queued():
     from plugrl_ros.record.drop_queue import DropQueue
 

@@ -324,9 +324,13 @@ SPECS: tuple[Spec, ...] = (
     Spec("status.diagnostics_period_s", "float", 1.0, "/diagnostics period", positive=True),
     Spec("status.log_period_s", "float", 10.0, "one-line status log period (0 = off)", minimum=0.0),
     Spec("record.path", "str", "", 'folder to record every transition into, as MCAP ("" = off)'),
-    Spec("record.max_file_mb", "float", 0.0, "start a new file past this size (0 = no limit)", minimum=0.0),
+    Spec("record.max_file_mb", "float", 2048.0, "start a new file past this size (0 = no limit)", minimum=0.0),
     Spec(
-        "record.max_file_duration_s", "float", 0.0, "start a new file past this much time (0 = no limit)", minimum=0.0
+        "record.max_file_duration_s",
+        "float",
+        600.0,
+        "start a new file past this much time (0 = no limit)",
+        minimum=0.0,
     ),
     Spec(
         "record.queue_mb",

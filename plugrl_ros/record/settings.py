@@ -36,9 +36,10 @@ class RecordSettings:
     """Where and how a run is recorded. ``path is None``: recording is off."""
 
     path: Path | None = None
-    # Rotation: a new file once the current one holds this many bytes / spans this much message time.
-    max_file_bytes: int | None = None
-    max_file_duration_s: float | None = None
+    # Rotation: a new file once the current one holds this many bytes / spans this much message time (None: never).
+    # On by default: the writer keeps an open file's index in memory, so a file that grows for hours grows it too.
+    max_file_bytes: int | None = 2048 * 1024 * 1024
+    max_file_duration_s: float | None = 600.0
     # Memory the queue between the control thread and the writer may hold; beyond it, calls are dropped.
     queue_bytes: int = 256 * 1024 * 1024
     image_format: ImageFormat = "raw"
