@@ -1,4 +1,4 @@
-"""plugrl_ros.rllib.events: an answer reaches its connection's loop from any thread, at once from the loop's own,
+"""plugrl_ros.serve.events: an answer reaches its connection's loop from any thread, at once from the loop's own,
 and one delivered after its connection's server stopped is dropped, not raised."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("ray.rllib")
 
-from plugrl_ros.rllib.events import Answer
+from plugrl_ros.serve.events import Answer
 
 pytestmark = [pytest.mark.rllib]
 

@@ -1,4 +1,4 @@
-"""plugrl_ros.rllib.observations: a PlugRL batch read row by row into the runner's space, or a clear refusal."""
+"""plugrl_ros.serve.observations: a PlugRL batch read row by row into the runner's space, or a clear refusal."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ gym = pytest.importorskip("gymnasium")
 pytest.importorskip("ray.rllib")
 
 from plugrl_ros.protocol.codec import packb, unpackb  # noqa: E402
-from plugrl_ros.rllib.observations import ObservationReader, SpaceMismatch  # noqa: E402
+from plugrl_ros.serve.observations import ObservationReader, SpaceMismatch  # noqa: E402
 
 pytestmark = [pytest.mark.rllib]
 

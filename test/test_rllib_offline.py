@@ -26,7 +26,7 @@ from harness import ROOT, process, python_module
 
 from plugrl_ros.demo.reacher import Reacher, ReacherSpec
 from plugrl_ros.rllib.offline import packed, rllib_episode, teleop_episodes, train_episodes, write_parquet
-from plugrl_ros.rllib.spaces import robot_spaces
+from plugrl_ros.serve.spaces import robot_spaces
 
 pytestmark = [pytest.mark.rllib]
 

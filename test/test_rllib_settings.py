@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("ray.rllib")
 
-from plugrl_ros.rllib.link_figures import LinkFigures
 from plugrl_ros.rllib.settings import RunnerSettings, check_against
+from plugrl_ros.serve.link_figures import LinkFigures
 
 pytestmark = [pytest.mark.rllib]
 

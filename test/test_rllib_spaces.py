@@ -1,4 +1,4 @@
-"""plugrl_ros.rllib.spaces and chunks: the robot's spaces from the bridge's params file; a chunk as one RL step."""
+"""plugrl_ros.serve.spaces and chunks: the robot's spaces from the bridge's params file; a chunk as one RL step."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ pytest.importorskip("ray.rllib")
 import yaml
 
 from plugrl_ros.params.section import ConfigError
-from plugrl_ros.rllib.chunks import ChunkMapping, chunk_gamma
-from plugrl_ros.rllib.spaces import robot_spaces
+from plugrl_ros.serve.chunks import ChunkMapping, chunk_gamma
+from plugrl_ros.serve.spaces import robot_spaces
 
 # ros: the params reader shares a module with the bridge's parameter declarations (rclpy, imported there lazily)
 pytestmark = [pytest.mark.rllib, pytest.mark.ros]

@@ -171,7 +171,7 @@ def _export_rllib(parser: argparse.ArgumentParser, args: argparse.Namespace, mod
     try:
         from plugrl_ros.params.section import ConfigError
         from plugrl_ros.rllib.offline import export_rllib
-        from plugrl_ros.rllib.spaces import robot_spaces
+        from plugrl_ros.serve.spaces import robot_spaces
     except ImportError as exc:
         print(
             f"plugrl-export: --to rllib needs the rllib extra (pip install 'plugrl_ros[rllib]'): {exc}", file=sys.stderr

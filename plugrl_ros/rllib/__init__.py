@@ -8,9 +8,9 @@ bridge's own params file; :class:`RunnerSettings` goes into ``env_config``.
 See docs/rllib.md.
 """
 
-from plugrl_ros.rllib.chunks import ChunkMapping, chunk_gamma
 from plugrl_ros.rllib.env_runner import PlugRLEnvRunner
 from plugrl_ros.rllib.settings import RunnerSettings
-from plugrl_ros.rllib.spaces import RobotSpaces, robot_spaces
+from plugrl_ros.serve.chunks import ChunkMapping, chunk_gamma
+from plugrl_ros.serve.spaces import RobotSpaces, robot_spaces
 
 __all__ = ["ChunkMapping", "PlugRLEnvRunner", "RobotSpaces", "RunnerSettings", "chunk_gamma", "robot_spaces"]

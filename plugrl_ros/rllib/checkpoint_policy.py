@@ -32,7 +32,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from plugrl_ros.rllib.chunks import ChunkMapping
+from plugrl_ros.serve.chunks import ChunkMapping
 
 CHECKPOINT_INFO = "rllib_checkpoint.json"  # RLlib writes it at the top of every checkpoint
 PART_INFO = "metadata.json"  # what RLlib writes into the folder of each part (module, learner, runner, ...)

@@ -3,7 +3,7 @@
 RLlib's algorithms call ``sample()``, ``get_state``/``set_state``,
 ``get_metrics`` and ``stop()`` on their EnvRunners without knowing what is
 behind them. Behind this one are robots: bridges connect to its websocket
-(:mod:`plugrl_ros.rllib.link`, runner i on ``port + i``), ask for actions
+(:mod:`plugrl_ros.serve.bridge_server`, runner i on ``port + i``), ask for actions
 with infers and report chunks with feedback. Inference happens here, on the
 server side and on the websocket's thread as each infer is read (no hand-over
 between threads on a step), through RLlib's own connector pipelines and RLModule
@@ -63,16 +63,16 @@ from ray.rllib.utils.typing import EpisodeID, ResultDict, StateDict
 from plugrl_ros import __version__
 from plugrl_ros.protocol.messages import REUSE_FEEDBACK_OBS
 from plugrl_ros.protocol.server_auth import AccessError
-from plugrl_ros.rllib.chunks import ChunkMapping
 from plugrl_ros.rllib.episode_callbacks import EpisodeCallbacks
-from plugrl_ros.rllib.events import Closed, Connected, Event, FedBack, Inferred
 from plugrl_ros.rllib.inference import PolicyPass
-from plugrl_ros.rllib.link import BridgeServer
-from plugrl_ros.rllib.link_figures import LinkFigures
-from plugrl_ros.rllib.observations import ObservationReader
 from plugrl_ros.rllib.robot_episodes import RobotEpisodes, Step
 from plugrl_ros.rllib.settings import RunnerSettings, check_against
 from plugrl_ros.rllib.sites import node_site
+from plugrl_ros.serve.bridge_server import BridgeServer
+from plugrl_ros.serve.chunks import ChunkMapping
+from plugrl_ros.serve.events import Closed, Connected, Event, FedBack, Inferred
+from plugrl_ros.serve.link_figures import LinkFigures
+from plugrl_ros.serve.observations import ObservationReader
 
 log = logging.getLogger("plugrl_ros.rllib")
 

@@ -4,10 +4,10 @@ RLlib's offline API (``config.offline_data(input_=DIR, input_read_episodes=True)
 reads episodes stored as RLlib stores them itself: Parquet rows whose ``item``
 column holds one ``SingleAgentEpisode``'s state, packed with msgpack and
 msgpack-numpy. This module writes recordings in that form, with the spaces the
-runner builds from the same params file (:func:`plugrl_ros.rllib.spaces.robot_spaces`),
+runner builds from the same params file (:func:`plugrl_ros.serve.spaces.robot_spaces`),
 so a module trained on them takes the runner's observations and gives its
 actions. One RL step is one chunk of H control steps, as the runner's
-(:mod:`plugrl_ros.rllib.chunks`):
+(:mod:`plugrl_ros.serve.chunks`):
 
 - a **train** recording's RL steps are its chunks: the observation each was
   inferred from, the chunk as executed (the steps a person commanded hold the
@@ -35,9 +35,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from plugrl_ros.rllib.interventions import INTERVENED
-from plugrl_ros.rllib.observations import split_rows
-from plugrl_ros.rllib.spaces import RobotSpaces
+from plugrl_ros.serve.interventions import INTERVENED
+from plugrl_ros.serve.observations import split_rows
+from plugrl_ros.serve.spaces import RobotSpaces
 
 OBSERVATION_GROUPS = ("states", "images")
 ROWS_PER_FILE = 1000

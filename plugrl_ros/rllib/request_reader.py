@@ -27,9 +27,9 @@ import numpy as np
 from plugrl_ros.params.policy import SECTION, load_policy_config
 from plugrl_ros.params.section import ConfigError, Section
 from plugrl_ros.protocol.policy.request import RequestLayout
-from plugrl_ros.rllib.chunks import ChunkMapping
-from plugrl_ros.rllib.observations import GROUPS, ObservationReader, SpaceMismatch
-from plugrl_ros.rllib.spaces import _parameters, robot_spaces
+from plugrl_ros.serve.chunks import ChunkMapping
+from plugrl_ros.serve.observations import GROUPS, ObservationReader, SpaceMismatch
+from plugrl_ros.serve.spaces import _parameters, robot_spaces
 
 
 class ConfigMismatch(ValueError):

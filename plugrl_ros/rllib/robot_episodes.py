@@ -8,7 +8,7 @@ weights' sequence number), the chunk's summed reward, the observation after
 the chunk (the terminal one when the episode ended), the flags, and the
 bridge's ``info["episode"]`` on the row that ended it. With a person in the loop the
 action stored is the one executed, and every step's infos say whether it was
-``intervened`` (:mod:`plugrl_ros.rllib.interventions`). RLlib's
+``intervened`` (:mod:`plugrl_ros.serve.interventions`). RLlib's
 ``on_episode_*`` callbacks are made at the same points as RLlib's own runner
 makes them (:mod:`plugrl_ros.rllib.episode_callbacks`).
 
@@ -44,11 +44,11 @@ import numpy as np
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
-from plugrl_ros.rllib.chunks import ChunkMapping
 from plugrl_ros.rllib.episode_callbacks import EpisodeCallbacks
-from plugrl_ros.rllib.events import FedBack, Inferred, Observation
 from plugrl_ros.rllib.inference import Decision, PolicyPass, Prepared
-from plugrl_ros.rllib.interventions import INTERVENED, executed_action
+from plugrl_ros.serve.chunks import ChunkMapping
+from plugrl_ros.serve.events import FedBack, Inferred, Observation
+from plugrl_ros.serve.interventions import INTERVENED, executed_action
 
 
 @dataclass

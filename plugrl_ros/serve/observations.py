@@ -1,7 +1,7 @@
 """A PlugRL observation batch, read row by row into the RLModule's observation space.
 
 The runner's observation space is ``{"states": {name: Box}, "images": {name:
-Box}}`` (:mod:`plugrl_ros.rllib.spaces`). A batch from a bridge must carry
+Box}}`` (:mod:`plugrl_ros.serve.spaces`). A batch from a bridge must carry
 every name the space declares, with each row of the declared shape: states
 are numbers (cast to the space's float32; NaN and infinity refused, they
 would poison the learner), images ``uint8`` of exactly the declared size.

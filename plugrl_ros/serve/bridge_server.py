@@ -1,11 +1,13 @@
-"""The EnvRunner's websocket server: bridges connect here, on a thread and event loop of its own.
+"""A trainer's websocket server: bridges connect here, on a thread and event loop of its own.
 
-Each connection runs on the package's server-side protocol core,
+Every trainer face of the package stands on it: RLlib's EnvRunner
+(:mod:`plugrl_ros.rllib.env_runner`) and the Gymnasium vector env
+(:mod:`plugrl_ros.vector`). Each connection runs on the package's server-side protocol core,
 :class:`~plugrl_ros.protocol.trainer_connection.TrainerConnection`, exactly
 as the demo trainer's do: metadata first, strict alternation, an env in a
 feedback only while it holds an action, ``reuse-feedback-obs`` offered, an
 ``info`` that splits per env. Observations are read into the runner's
-observation space here too (:mod:`plugrl_ros.rllib.observations`), so a
+observation space here too (:mod:`plugrl_ros.serve.observations`), so a
 broken rule or a frame unlike the declared spaces closes that connection with
 ``plugrl-server-resync`` before anything reaches an episode, and the other
 bridges go on. Checked messages become events that the runner handles right
@@ -40,13 +42,13 @@ from plugrl_ros.protocol.errors import ProtocolError
 from plugrl_ros.protocol.server_auth import ServerAccess
 from plugrl_ros.protocol.server_messages import Feedback, Infer, episode_counts
 from plugrl_ros.protocol.trainer_connection import ServerPhase, TrainerConnection
-from plugrl_ros.rllib.events import Answer, Closed, Connected, Event, FedBack, Inferred
-from plugrl_ros.rllib.interventions import intervention_rows
-from plugrl_ros.rllib.link_figures import LinkFigures
-from plugrl_ros.rllib.observations import ObservationReader
+from plugrl_ros.serve.events import Answer, Closed, Connected, Event, FedBack, Inferred
+from plugrl_ros.serve.interventions import intervention_rows
+from plugrl_ros.serve.link_figures import LinkFigures
+from plugrl_ros.serve.observations import ObservationReader
 from plugrl_ros.tools.serving import TrainerThread, serve_trainer
 
-log = logging.getLogger("plugrl_ros.rllib.link")
+log = logging.getLogger("plugrl_ros.serve.bridge_server")
 
 FEEDBACK_TIMEOUT_REASON = "Feedback timeout"
 _CLOSE_TIMEOUT_S = 5.0
@@ -65,6 +67,7 @@ class BridgeServer:
         figures: LinkFigures,
         feedback_timeout_s: float,
         access: ServerAccess | None = None,
+        thread_name: str = "plugrl-rllib-link",
     ) -> None:
         self.host = host
         self.access = access
@@ -80,7 +83,7 @@ class BridgeServer:
         self._server: Server | None = None
         self._stopping: asyncio.Event | None = None
         # the package's trainer thread runs this server as it runs the demo and test trainers
-        self._thread: TrainerThread[None] = TrainerThread(self, name="plugrl-rllib-link")
+        self._thread: TrainerThread[None] = TrainerThread(self, name=thread_name)
 
     # -- from the runner's thread --------------------------------------------------
 

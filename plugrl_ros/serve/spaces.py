@@ -8,7 +8,7 @@ configured state becomes a float32 ``Box`` of its width, each image a uint8
 action is a ``Box`` as wide as the sinks read, bounded where the sinks clip:
 a sink publishes ``value * scale + offset`` clipped to ``[min, max]``, so the
 trainer's bound is ``(min - offset) / scale``. The RL step's action is the
-whole chunk (:mod:`plugrl_ros.rllib.chunks`).
+whole chunk (:mod:`plugrl_ros.serve.chunks`).
 
 Only what the file itself fixes is read; no ROS is needed. A width the file
 cannot tell (a ``Float64MultiArray`` state without ``slice``, an image without
@@ -31,7 +31,7 @@ import numpy as np
 import yaml
 
 from plugrl_ros.params.section import ConfigError, Section, nest
-from plugrl_ros.rllib.chunks import ChunkMapping
+from plugrl_ros.serve.chunks import ChunkMapping
 
 # state message types whose width is fixed: one value
 _SCALAR_STATES = {"Float64", "Float32"}

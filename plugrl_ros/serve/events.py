@@ -1,6 +1,6 @@
 """What the websocket thread hands the EnvRunner: checked protocol events, in arrival order.
 
-The websocket thread (:mod:`plugrl_ros.rllib.link`) checks every frame
+The websocket thread (:mod:`plugrl_ros.serve.bridge_server`) checks every frame
 against the protocol and the observation space, then has the EnvRunner handle
 one of these, on that thread. An infer carries an :class:`Answer` that the
 EnvRunner fills with the action chunk, right away or later from the thread
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from plugrl_ros.protocol.server_messages import EpisodeCount
-from plugrl_ros.rllib.interventions import Intervened
+from plugrl_ros.serve.interventions import Intervened
 
 Observation = dict[str, dict[str, np.ndarray]]  # one row: {"states": {...}, "images": {...}}
 
