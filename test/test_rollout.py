@@ -33,8 +33,8 @@ def obs(t: float) -> ObservationRow:
     return ObservationRow(states={"t": np.array([float(t)])})
 
 
-def metadata_frame(horizon=None, width=None, features=()) -> bytes:
-    data = {"features": list(features)}
+def metadata_frame(horizon=None, width=None, features=(), **advisory) -> bytes:
+    data = {"features": list(features), **advisory}
     if horizon:
         data["action_horizon"] = horizon
     if width:
@@ -49,9 +49,9 @@ def action_frame(env_ids, horizon, width) -> bytes:
     return codec.packb({"message_type": "action", "data": {"env_ids": np.asarray(env_ids, "<i8"), "action": values}})
 
 
-def connect(rollout: Rollout, horizon=3, width=1, features=()) -> None:
+def connect(rollout: Rollout, horizon=3, width=1, features=(), **advisory) -> None:
     rollout.on_connected(rollout.epoch + 1)
-    result = rollout.on_frame(rollout.epoch, metadata_frame(horizon, width, features))
+    result = rollout.on_frame(rollout.epoch, metadata_frame(horizon, width, features, **advisory))
     assert result.kind == "metadata"
 
 
@@ -101,6 +101,51 @@ def test_reuse_is_used_when_offered_so_the_observation_crosses_once():
     # env 0's feedback was not terminal: reused; env 1 ended its episode: its reset observation is sent
     assert infer2["reuse"].tolist() == [True, False]
     assert infer2["data"]["states"]["t"].tolist() == [[0.0]]
+
+
+def _one_env_ends_while_the_other_goes_on(rollout: Rollout) -> None:
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=1)
+    for env in (0, 1):
+        rollout.take_step(env)
+        rollout.finish_step(env, 1.0, env == 1, False, False, obs(1))
+    assert rollout.needs_reset(1)
+
+
+def test_a_trainer_stepping_its_envs_together_gets_every_env_in_each_infer_once_resets_are_done():
+    clock = Clock()
+    rollout = Rollout(RolloutSettings(n_envs=2, feedback_deadline_s=5.0), clock)
+    connect(rollout, horizon=1, features=["reuse-feedback-obs"], step_together=True)
+    assert rollout.together
+    _one_env_ends_while_the_other_goes_on(rollout)
+    assert rollout.poll(lambda env: obs(0)) == []  # env 1 resets: the feedback waits for it
+    rollout.reset_done(1)
+    feedback, infer = messages(rollout.poll(lambda env: obs(0)))
+    assert feedback["env_indices"].tolist() == [0, 1] and feedback["data"]["terminated"].tolist() == [False, True]
+    assert infer["env_indices"].tolist() == [0, 1] and infer["reuse"].tolist() == [True, False]
+
+
+def test_past_the_feedback_deadline_the_feedback_goes_and_the_infer_still_waits_for_every_env():
+    clock = Clock()
+    rollout = Rollout(RolloutSettings(n_envs=2, feedback_deadline_s=5.0), clock)
+    connect(rollout, horizon=1, step_together=True)
+    _one_env_ends_while_the_other_goes_on(rollout)
+    clock.now = 5.0
+    [feedback] = messages(rollout.poll(lambda env: obs(0)))  # the deadline: sent without env 1's reset
+    assert feedback["message_type"] == "feedback"
+    assert rollout.poll(lambda env: obs(0)) == []  # nothing in flight; the infer waits for env 1
+    rollout.reset_done(1)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    assert infer["env_indices"].tolist() == [0, 1]
+
+
+def test_without_step_together_the_env_that_goes_on_does_not_wait_for_the_reset():
+    rollout = Rollout(RolloutSettings(n_envs=2, feedback_deadline_s=5.0), Clock())
+    connect(rollout, horizon=1, step_together="yes")  # not a bool: ignored, as every malformed advisory key
+    assert not rollout.together and rollout.metadata.ignored == ("step_together",)
+    _one_env_ends_while_the_other_goes_on(rollout)
+    feedback, infer = messages(rollout.poll(lambda env: obs(0)))
+    assert feedback["message_type"] == "feedback" and infer["env_indices"].tolist() == [0]
 
 
 def test_the_terminal_observation_is_fed_back_and_the_reset_observation_starts_the_next_episode():

@@ -24,6 +24,8 @@ ACTION = "action"
 FEEDBACK = "feedback"
 
 REUSE_FEEDBACK_OBS = "reuse-feedback-obs"
+# an advisory metadata key of this package's trainers (true: every env of the connection is stepped together)
+STEP_TOGETHER = "step_together"
 
 TextFormat = Literal["array", "list"]
 
@@ -165,6 +167,9 @@ class Metadata:
     action_horizon: int | None = None
     action_dim: int | None = None
     features: frozenset[str] = frozenset()
+    # plugrl_ros's own advisory key: the trainer steps all of a connection's envs together (a synchronous
+    # vector env), so an infer should ask for all of them (other clients ignore it, as every unknown key)
+    step_together: bool = False
     ignored: tuple[str, ...] = ()  # advisory keys present but malformed, for logging
 
     def describe(self) -> dict[str, str]:
@@ -173,6 +178,8 @@ class Metadata:
         shown = {k: str(self.raw[k])[:80] for k in keys if k in self.raw}
         if self.features:
             shown["features"] = ",".join(sorted(self.features))
+        if self.step_together:
+            shown[STEP_TOGETHER] = "true"
         return shown
 
 
@@ -201,6 +208,10 @@ def parse_metadata(message: Any) -> Metadata:
     else:
         features = frozenset()
         ignored.append("features")
+    together = data.get(STEP_TOGETHER, False)
+    if type(together) is not bool:
+        ignored.append(STEP_TOGETHER)
+        together = False
     version = data.get("protocol_version")
     if version is not None and type(version) is not int:
         ignored.append("protocol_version")
@@ -211,6 +222,7 @@ def parse_metadata(message: Any) -> Metadata:
         action_horizon=_positive_int(data, "action_horizon", ignored),
         action_dim=_positive_int(data, "action_dim", ignored),
         features=features,
+        step_together=together,
         ignored=tuple(ignored),
     )
 

@@ -298,7 +298,10 @@ class Rollout:
             )
             if not self.paused:
                 rows = self._capture_idle(capture, include_resetting_pending=True)
-            decision = decide_feedback(self.envs, bool(rows), self.paused, timing)
+            awaited = self.together and any(
+                e.pending is not None and e.pending.ends_episode and e.index not in rows for e in self.envs
+            )
+            decision = decide_feedback(self.envs, bool(rows), self.paused, timing, resets_awaited=awaited)
             if decision is Decision.SEND:
                 feedback, reusable = self._feedback(conn)
                 out.append(feedback)
@@ -317,9 +320,16 @@ class Rollout:
                 rows = self._capture_idle(capture, include_resetting_pending=False)
             for env in reusable:
                 rows[env] = SAME_AS_FEEDBACK
+            if self.together and any(e.chunk is None and e.index not in rows for e in self.envs):
+                rows = {}  # the trainer steps every env together: ask for all of them at once
             if rows:
                 out.append(self._infer(conn, rows))
         return out
+
+    @property
+    def together(self) -> bool:
+        """The trainer steps every env of the connection together (its metadata says ``step_together``)."""
+        return self.metadata is not None and self.metadata.step_together
 
     def _capture_idle(self, capture: Capture, include_resetting_pending: bool) -> dict[int, ObservationRow]:
         rows: dict[int, ObservationRow] = {}

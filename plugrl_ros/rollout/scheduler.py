@@ -17,6 +17,11 @@ observation. The rule below picks the moment so that no env stalls another:
 * Envs whose last step is in flight are waited for, briefly, so that envs
   stepping together share one exchange instead of queueing one behind the
   other (what makes lockstep throughput scale with envs).
+* A trainer that steps every env of the connection together (its metadata's
+  advisory ``step_together``: a synchronous vector env, which needs every
+  robot's next observation before it can return a step) gets no feedback
+  with a terminal row until that env's reset is done, so the infer that
+  follows asks for every env at once.
 * Nothing is held past the feedback deadline, well inside the trainer's 60 s
   feedback timeout; if no chunk has ended by then, running chunks are cut.
 """
@@ -45,11 +50,15 @@ class Timing:
     batch_window_s: float
 
 
-def decide_feedback(envs: Sequence[EnvRollout], could_infer: bool, paused: bool, timing: Timing) -> Decision:
+def decide_feedback(
+    envs: Sequence[EnvRollout], could_infer: bool, paused: bool, timing: Timing, resets_awaited: bool = False
+) -> Decision:
     """Whether the pending feedback should go out now.
 
     ``could_infer``: some env that holds no action (or will hold none once the
     pending feedback is sent) has a fresh observation and may join an infer.
+    ``resets_awaited``: the trainer steps every env together and a terminal
+    row's env has no observation of its next episode yet.
     """
     pending = [e for e in envs if e.pending is not None]
     overdue = timing.now - timing.action_received_at >= timing.deadline_s
@@ -57,6 +66,8 @@ def decide_feedback(envs: Sequence[EnvRollout], could_infer: bool, paused: bool,
         return Decision.CUT if overdue else Decision.HOLD
     if overdue or paused:
         return Decision.SEND
+    if resets_awaited:
+        return Decision.HOLD
     running = [e for e in envs if e.chunk is not None]
     if not running:
         return Decision.SEND
