@@ -73,8 +73,46 @@ FORBIDDEN = {
     ),
 }
 
+# The trainer's side: the one server every trainer face stands on (serve), the Gymnasium vector env (vector)
+# and Stable-Baselines3's face (sb3). None stands on the bridge; serve and vector import no trainer library.
+_THE_BRIDGE = (
+    "plugrl_ros.node",
+    "plugrl_ros.robot",
+    "plugrl_ros.train",
+    "plugrl_ros.deploy",
+    "plugrl_ros.teleop",
+    "plugrl_ros.ros",
+    "plugrl_ros.rollout",
+    "plugrl_ros.record",
+    "rclpy",
+)
+FORBIDDEN["serve"] = (
+    *_THE_BRIDGE,
+    "plugrl_ros.rllib",
+    "plugrl_ros.vector",
+    "plugrl_ros.sb3",
+    "plugrl_ros.gym",
+    "ray",
+    "torch",
+    "stable_baselines3",
+)
+FORBIDDEN["vector"] = (*_THE_BRIDGE, "plugrl_ros.rllib", "plugrl_ros.sb3", "ray", "torch", "stable_baselines3")
+FORBIDDEN["sb3"] = (*_THE_BRIDGE, "plugrl_ros.rllib", "ray")
+FORBIDDEN["rllib"] = (*FORBIDDEN["rllib"], "plugrl_ros.vector", "plugrl_ros.sb3", "stable_baselines3")
+
 # The optional extras are never imported by the bridge's layers (nor by what they stand on).
-EXTRAS = ("plugrl_ros.rllib", "plugrl_ros.gym", "ray", "torch", "gymnasium", "mujoco")
+EXTRAS = (
+    "plugrl_ros.rllib",
+    "plugrl_ros.gym",
+    "plugrl_ros.serve",
+    "plugrl_ros.vector",
+    "plugrl_ros.sb3",
+    "ray",
+    "torch",
+    "gymnasium",
+    "mujoco",
+    "stable_baselines3",
+)
 BRIDGE_LAYERS = (
     "protocol",
     "protocol/policy",

@@ -112,10 +112,10 @@ def _one_env_ends_while_the_other_goes_on(rollout: Rollout) -> None:
     assert rollout.needs_reset(1)
 
 
-def test_a_trainer_stepping_its_envs_together_gets_every_env_in_each_infer_once_resets_are_done():
+def test_a_same_step_vector_env_gets_every_env_in_each_infer_once_resets_are_done():
     clock = Clock()
     rollout = Rollout(RolloutSettings(n_envs=2, feedback_deadline_s=5.0), clock)
-    connect(rollout, horizon=1, features=["reuse-feedback-obs"], step_together=True)
+    connect(rollout, horizon=1, features=["reuse-feedback-obs"], vector_autoreset="same-step")
     assert rollout.together
     _one_env_ends_while_the_other_goes_on(rollout)
     assert rollout.poll(lambda env: obs(0)) == []  # env 1 resets: the feedback waits for it
@@ -128,7 +128,7 @@ def test_a_trainer_stepping_its_envs_together_gets_every_env_in_each_infer_once_
 def test_past_the_feedback_deadline_the_feedback_goes_and_the_infer_still_waits_for_every_env():
     clock = Clock()
     rollout = Rollout(RolloutSettings(n_envs=2, feedback_deadline_s=5.0), clock)
-    connect(rollout, horizon=1, step_together=True)
+    connect(rollout, horizon=1, vector_autoreset="same-step")
     _one_env_ends_while_the_other_goes_on(rollout)
     clock.now = 5.0
     [feedback] = messages(rollout.poll(lambda env: obs(0)))  # the deadline: sent without env 1's reset
@@ -139,10 +139,42 @@ def test_past_the_feedback_deadline_the_feedback_goes_and_the_infer_still_waits_
     assert infer["env_indices"].tolist() == [0, 1]
 
 
-def test_without_step_together_the_env_that_goes_on_does_not_wait_for_the_reset():
+def test_a_next_step_vector_env_gets_the_env_that_reset_one_exchange_after_the_others():
     rollout = Rollout(RolloutSettings(n_envs=2, feedback_deadline_s=5.0), Clock())
-    connect(rollout, horizon=1, step_together="yes")  # not a bool: ignored, as every malformed advisory key
-    assert not rollout.together and rollout.metadata.ignored == ("step_together",)
+    connect(rollout, horizon=1, features=["reuse-feedback-obs"], vector_autoreset="next-step")
+    assert rollout.together and rollout.reset_step
+    _one_env_ends_while_the_other_goes_on(rollout)
+    assert rollout.poll(lambda env: obs(0)) == []  # env 1 resets: the feedback waits for it
+    rollout.reset_done(1)
+    feedback, infer = messages(rollout.poll(lambda env: obs(0)))
+    assert feedback["data"]["terminated"].tolist() == [False, True]
+    assert infer["env_indices"].tolist() == [0]  # env 1 sits out: the trainer spends this step on its reset
+    answer(rollout, infer, horizon=1)
+    rollout.take_step(0)
+    rollout.finish_step(0, 1.0, False, False, False, obs(2))
+    feedback, infer = messages(rollout.poll(lambda env: obs(0)))
+    assert feedback["env_indices"].tolist() == [0]
+    assert infer["env_indices"].tolist() == [0, 1] and infer["reuse"].tolist() == [True, False]
+    assert infer["step_ids"].tolist() == [2, 0]
+
+
+def test_envs_that_all_ended_together_are_asked_for_at_once_after_their_resets():
+    rollout = Rollout(RolloutSettings(n_envs=2, feedback_deadline_s=5.0), Clock())
+    connect(rollout, horizon=1, vector_autoreset="next-step")
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=1)
+    for env in (0, 1):
+        rollout.take_step(env)
+        rollout.finish_step(env, 1.0, False, True, False, obs(1))
+        rollout.reset_done(env)
+    _, infer = messages(rollout.poll(lambda env: obs(0)))
+    assert infer["env_indices"].tolist() == [0, 1]  # nobody goes on without them: no one sits out
+
+
+def test_without_vector_autoreset_the_env_that_goes_on_does_not_wait_for_the_reset():
+    rollout = Rollout(RolloutSettings(n_envs=2, feedback_deadline_s=5.0), Clock())
+    connect(rollout, horizon=1, vector_autoreset=True)  # not a mode: ignored, as every malformed advisory key
+    assert not rollout.together and rollout.metadata.ignored == ("vector_autoreset",)
     _one_env_ends_while_the_other_goes_on(rollout)
     feedback, infer = messages(rollout.poll(lambda env: obs(0)))
     assert feedback["message_type"] == "feedback" and infer["env_indices"].tolist() == [0]

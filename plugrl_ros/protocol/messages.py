@@ -24,8 +24,10 @@ ACTION = "action"
 FEEDBACK = "feedback"
 
 REUSE_FEEDBACK_OBS = "reuse-feedback-obs"
-# an advisory metadata key of this package's trainers (true: every env of the connection is stepped together)
-STEP_TOGETHER = "step_together"
+# An advisory metadata key of this package's Gymnasium vector env: it steps every env of the connection
+# together, with Gymnasium's same-step or next-step autoreset (other clients ignore it, as every unknown key)
+VECTOR_AUTORESET = "vector_autoreset"
+VECTOR_AUTORESET_MODES = ("same-step", "next-step")
 
 TextFormat = Literal["array", "list"]
 
@@ -167,9 +169,9 @@ class Metadata:
     action_horizon: int | None = None
     action_dim: int | None = None
     features: frozenset[str] = frozenset()
-    # plugrl_ros's own advisory key: the trainer steps all of a connection's envs together (a synchronous
-    # vector env), so an infer should ask for all of them (other clients ignore it, as every unknown key)
-    step_together: bool = False
+    # this package's own advisory key: a synchronous vector env steps every env together ("same-step" or
+    # "next-step", Gymnasium's autoreset modes); None: an ordinary trainer
+    vector_autoreset: str | None = None
     ignored: tuple[str, ...] = ()  # advisory keys present but malformed, for logging
 
     def describe(self) -> dict[str, str]:
@@ -178,8 +180,8 @@ class Metadata:
         shown = {k: str(self.raw[k])[:80] for k in keys if k in self.raw}
         if self.features:
             shown["features"] = ",".join(sorted(self.features))
-        if self.step_together:
-            shown[STEP_TOGETHER] = "true"
+        if self.vector_autoreset is not None:
+            shown[VECTOR_AUTORESET] = self.vector_autoreset
         return shown
 
 
@@ -208,10 +210,10 @@ def parse_metadata(message: Any) -> Metadata:
     else:
         features = frozenset()
         ignored.append("features")
-    together = data.get(STEP_TOGETHER, False)
-    if type(together) is not bool:
-        ignored.append(STEP_TOGETHER)
-        together = False
+    autoreset = data.get(VECTOR_AUTORESET)
+    if autoreset is not None and autoreset not in VECTOR_AUTORESET_MODES:
+        ignored.append(VECTOR_AUTORESET)
+        autoreset = None
     version = data.get("protocol_version")
     if version is not None and type(version) is not int:
         ignored.append("protocol_version")
@@ -222,7 +224,7 @@ def parse_metadata(message: Any) -> Metadata:
         action_horizon=_positive_int(data, "action_horizon", ignored),
         action_dim=_positive_int(data, "action_dim", ignored),
         features=features,
-        step_together=together,
+        vector_autoreset=autoreset,
         ignored=tuple(ignored),
     )
 

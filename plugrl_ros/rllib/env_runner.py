@@ -187,7 +187,8 @@ class PlugRLEnvRunner(EnvRunner, Checkpointable):
                 self._on_event,
                 self.figures,
                 self.settings.feedback_timeout_s,
-                self.settings.access,
+                access=self.settings.access,
+                thread_name="plugrl-rllib-link",
             )
             try:
                 self.port = self._server.listen()

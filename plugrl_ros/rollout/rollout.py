@@ -286,6 +286,7 @@ class Rollout:
             return []
         out: list[Outgoing] = []
         reusable: set[int] = set()
+        ended: set[int] = set()  # envs whose episode the feedback sent now ends
         rows: dict[int, ObservationRow] = {}
         if conn.phase is Phase.FEEDBACK:
             now = self._clock()
@@ -303,7 +304,7 @@ class Rollout:
             )
             decision = decide_feedback(self.envs, bool(rows), self.paused, timing, resets_awaited=awaited)
             if decision is Decision.SEND:
-                feedback, reusable = self._feedback(conn)
+                feedback, reusable, ended = self._feedback(conn)
                 out.append(feedback)
             elif decision is Decision.CUT:
                 for env in self.envs:
@@ -322,14 +323,24 @@ class Rollout:
                 rows[env] = SAME_AS_FEEDBACK
             if self.together and any(e.chunk is None and e.index not in rows for e in self.envs):
                 rows = {}  # the trainer steps every env together: ask for all of them at once
+            elif self.reset_step and set(rows) - ended:
+                # next-step autoreset: the trainer returns an ended episode's last observation now and the
+                # next episode's first one at its next step, while the others take a step: these sit out one
+                for env in ended:
+                    rows.pop(env, None)
             if rows:
                 out.append(self._infer(conn, rows))
         return out
 
     @property
     def together(self) -> bool:
-        """The trainer steps every env of the connection together (its metadata says ``step_together``)."""
-        return self.metadata is not None and self.metadata.step_together
+        """The trainer steps every env of the connection together (its metadata's ``vector_autoreset``)."""
+        return self.metadata is not None and self.metadata.vector_autoreset is not None
+
+    @property
+    def reset_step(self) -> bool:
+        """The trainer spends a step of its own on each reset (Gymnasium's next-step autoreset)."""
+        return self.metadata is not None and self.metadata.vector_autoreset == "next-step"
 
     def _capture_idle(self, capture: Capture, include_resetting_pending: bool) -> dict[int, ObservationRow]:
         rows: dict[int, ObservationRow] = {}
@@ -348,7 +359,8 @@ class Rollout:
                     rows[env.index] = row
         return rows
 
-    def _feedback(self, conn: Connection) -> tuple[Outgoing, set[int]]:
+    def _feedback(self, conn: Connection) -> tuple[Outgoing, set[int], set[int]]:
+        """The feedback; the envs whose rows may be reused, and those whose episode it ends."""
         sent = [e for e in self.envs if e.pending is not None]
         results = [e.fed_back() for e in sent]
         ended = [r.episode is not None for r in results]
@@ -371,7 +383,8 @@ class Rollout:
         )
         self.feedbacks_sent += 1
         self._first_pending_at = None
-        return outgoing, {e.index for e, r in zip(sent, results) if not r.ends_episode}
+        reusable = {e.index for e, r in zip(sent, results) if not r.ends_episode}
+        return outgoing, reusable, {e.index for e in sent} - reusable
 
     def _infer(self, conn: Connection, rows: dict[int, ObservationRow]) -> Outgoing:
         envs = sorted(rows)

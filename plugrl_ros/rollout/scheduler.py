@@ -17,11 +17,11 @@ observation. The rule below picks the moment so that no env stalls another:
 * Envs whose last step is in flight are waited for, briefly, so that envs
   stepping together share one exchange instead of queueing one behind the
   other (what makes lockstep throughput scale with envs).
-* A trainer that steps every env of the connection together (its metadata's
-  advisory ``step_together``: a synchronous vector env, which needs every
-  robot's next observation before it can return a step) gets no feedback
-  with a terminal row until that env's reset is done, so the infer that
-  follows asks for every env at once.
+* A trainer that steps every env of the connection together (a synchronous
+  vector env, whose metadata's advisory ``vector_autoreset`` says so: it
+  needs every robot's next observation before it can return a step) gets no
+  feedback with a terminal row until that env's reset is done, so the infer
+  that follows can ask for every env at once.
 * Nothing is held past the feedback deadline, well inside the trainer's 60 s
   feedback timeout; if no chunk has ended by then, running chunks are cut.
 """

@@ -66,9 +66,11 @@ class BridgeServer:
         on_event: Callable[[Event], None],
         figures: LinkFigures,
         feedback_timeout_s: float,
-        access: ServerAccess | None = None,
-        thread_name: str = "plugrl-rllib-link",
+        *,
+        access: ServerAccess | None,
+        thread_name: str,
     ) -> None:
+        """``access``: who may connect (required, as for :func:`serve_trainer`: None only in a test fixture)."""
         self.host = host
         self.access = access
         self.reader = reader
@@ -152,7 +154,7 @@ class BridgeServer:
         link = next(self._links)
         self._connections[link] = ws
         self.figures.opened(link)
-        self.on_event(Connected(link, str(ws.remote_address)))
+        self.on_event(Connected(link, _address(ws.remote_address)))
         log.info("bridge %d connected from %s", link, ws.remote_address)
         connection = TrainerConnection(strict=True)
         try:
@@ -228,6 +230,14 @@ class BridgeServer:
             episode_counts(message.info, message.terminated | message.truncated),
             intervention_rows(message.info, m, int(self.metadata["action_horizon"]), int(self.metadata["action_dim"])),
         )
+
+
+def _address(remote: object) -> str:
+    """A peer's address as ``host:port`` (``[host]:port`` for IPv6)."""
+    if isinstance(remote, tuple) and len(remote) >= 2:
+        host, port = remote[0], remote[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(remote)
 
 
 async def _answer_or_close(answer: Answer, closed: asyncio.Future) -> np.ndarray | None:

@@ -54,7 +54,7 @@ class Connected:
     """A bridge connected; ``link`` names the connection for as long as it lasts."""
 
     link: int
-    remote: str
+    remote: str  # the bridge's address, host:port
 
 
 @dataclass(frozen=True)
