@@ -125,6 +125,28 @@ def test_a_same_step_vector_env_gets_every_env_in_each_infer_once_resets_are_don
     assert infer["env_indices"].tolist() == [0, 1] and infer["reuse"].tolist() == [True, False]
 
 
+@pytest.mark.parametrize("autoreset", [None, "same-step", "next-step"])
+def test_a_vector_env_gets_one_feedback_for_every_envs_chunk_however_long_one_step_takes(autoreset):
+    clock = Clock()
+    rollout = Rollout(RolloutSettings(n_envs=2, feedback_deadline_s=5.0, batch_window_s=0.02), clock)
+    advisory = {} if autoreset is None else {"vector_autoreset": autoreset}
+    connect(rollout, horizon=1, features=["reuse-feedback-obs"], **advisory)
+    [infer] = messages(rollout.poll(lambda env: obs(0)))
+    answer(rollout, infer, horizon=1)
+    rollout.take_step(0)
+    rollout.take_step(1)
+    rollout.finish_step(0, 1.0, False, False, False, obs(1))  # env 1's step takes a second longer
+    clock.now = 1.0
+    early = messages(rollout.poll(lambda env: obs(0)))
+    if autoreset is None:  # an ordinary trainer: env 0 goes on past the batch window
+        assert [m["env_indices"].tolist() for m in early] == [[0], [0]]
+        return
+    assert early == []  # a vector env: env 0's feedback waits for env 1's step
+    rollout.finish_step(1, 1.0, False, False, False, obs(1))
+    feedback, infer = messages(rollout.poll(lambda env: obs(0)))
+    assert feedback["env_indices"].tolist() == [0, 1] and infer["env_indices"].tolist() == [0, 1]
+
+
 def test_past_the_feedback_deadline_the_feedback_goes_and_the_infer_still_waits_for_every_env():
     clock = Clock()
     rollout = Rollout(RolloutSettings(n_envs=2, feedback_deadline_s=5.0), clock)

@@ -302,7 +302,9 @@ class Rollout:
             awaited = self.together and any(
                 e.pending is not None and e.pending.ends_episode and e.index not in rows for e in self.envs
             )
-            decision = decide_feedback(self.envs, bool(rows), self.paused, timing, resets_awaited=awaited)
+            decision = decide_feedback(
+                self.envs, bool(rows), self.paused, timing, together=self.together, resets_awaited=awaited
+            )
             if decision is Decision.SEND:
                 feedback, reusable, ended = self._feedback(conn)
                 out.append(feedback)

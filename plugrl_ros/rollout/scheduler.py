@@ -19,9 +19,10 @@ observation. The rule below picks the moment so that no env stalls another:
   other (what makes lockstep throughput scale with envs).
 * A trainer that steps every env of the connection together (a synchronous
   vector env, whose metadata's advisory ``vector_autoreset`` says so: it
-  needs every robot's next observation before it can return a step) gets no
-  feedback with a terminal row until that env's reset is done, so the infer
-  that follows can ask for every env at once.
+  needs every robot's next observation before it can return a step) gets one
+  feedback for every env's chunk, once each has run and each env that ended
+  its episode has been reset, so the infer that follows can ask for every env
+  at once.
 * Nothing is held past the feedback deadline, well inside the trainer's 60 s
   feedback timeout; if no chunk has ended by then, running chunks are cut.
 """
@@ -51,14 +52,19 @@ class Timing:
 
 
 def decide_feedback(
-    envs: Sequence[EnvRollout], could_infer: bool, paused: bool, timing: Timing, resets_awaited: bool = False
+    envs: Sequence[EnvRollout],
+    could_infer: bool,
+    paused: bool,
+    timing: Timing,
+    together: bool = False,
+    resets_awaited: bool = False,
 ) -> Decision:
     """Whether the pending feedback should go out now.
 
     ``could_infer``: some env that holds no action (or will hold none once the
     pending feedback is sent) has a fresh observation and may join an infer.
-    ``resets_awaited``: the trainer steps every env together and a terminal
-    row's env has no observation of its next episode yet.
+    ``together``: the trainer steps every env together; ``resets_awaited``: a
+    terminal row's env has no observation of its next episode yet.
     """
     pending = [e for e in envs if e.pending is not None]
     overdue = timing.now - timing.action_received_at >= timing.deadline_s
@@ -66,9 +72,9 @@ def decide_feedback(
         return Decision.CUT if overdue else Decision.HOLD
     if overdue or paused:
         return Decision.SEND
-    if resets_awaited:
-        return Decision.HOLD
     running = [e for e in envs if e.chunk is not None]
+    if together and (running or resets_awaited):
+        return Decision.HOLD  # every env's chunk, and the next episode of every env that ended, in one exchange
     if not running:
         return Decision.SEND
     if any(e.on_last_step for e in running) and timing.now - timing.first_pending_at < timing.batch_window_s:
