@@ -74,6 +74,8 @@ setup(
         "gym": pinned("gym"),
         # plugrl_ros.rllib: an RLlib EnvRunner serving PlugRL
         "rllib": pinned("rllib"),
+        # plugrl_ros.vector and plugrl_ros.sb3: Gymnasium trainers and Stable-Baselines3 through a vector env
+        "sb3": pinned("sb3"),
     },
     zip_safe=True,
     maintainer="plugrl_ros maintainers",

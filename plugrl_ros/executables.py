@@ -48,7 +48,7 @@ EXECUTABLES = {
     "gym_robot": "plugrl_ros.gym.robot_main",
     "plugrl-gym-robot": "plugrl_ros.gym.robot_main",
     # the rllib extra (plugrl_ros[rllib]): an RLlib checkpoint's policy served for deploy mode
-    "plugrl-policy-server": "plugrl_ros.tools.rllib_policy_server",
+    "plugrl-policy-server": "plugrl_ros.tools.policy_server",
 }
 
 # The start of every executable and child process. Site initialisation (the venv, .pth files: a tenth of a

@@ -83,7 +83,7 @@ def _package_imports() -> tuple[set[str], set[str]]:
 
 
 # plugrl_ros subpackages that are pip extras (setup.py extras_require), not robot dependencies
-OPTIONAL_EXTRAS = ("rllib", "gym")
+OPTIONAL_EXTRAS = ("rllib", "gym", "sb3")
 # an extra's third-party imports -> the requirement in its extras_require entry that brings them
 _EXTRA_REQUIREMENTS = {
     "rllib": {
@@ -92,7 +92,8 @@ _EXTRA_REQUIREMENTS = {
         "gymnasium": "ray[rllib]",
         "pyarrow": "ray[rllib]",
         "msgpack_numpy": "msgpack-numpy",
-    }
+    },
+    "sb3": {"stable_baselines3": "stable-baselines3", "torch": "torch", "gymnasium": "gymnasium"},
 }
 
 
@@ -173,16 +174,17 @@ def test_every_third_party_import_is_declared_in_package_xml():
     assert launch_files <= declared
 
 
-def test_the_rllib_extras_imports_come_with_its_extras_require_and_stay_out_of_package_xml():
-    rllib = extra_requirements("rllib")
+@pytest.mark.parametrize("extra", sorted(_EXTRA_REQUIREMENTS))
+def test_a_trainer_extras_imports_come_with_its_extras_require_and_stay_out_of_package_xml(extra):
+    required = extra_requirements(extra)
     imported = set()
-    for path in (ROOT / "plugrl_ros" / "rllib").rglob("*.py"):
+    for path in (ROOT / "plugrl_ros" / extra).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             imported.update(_imported(node))
     third_party = imported - set(sys.stdlib_module_names) - {"plugrl_ros"} - set(_ROSDEP_KEYS) - set(_PIP_ONLY)
-    assert third_party == set(_EXTRA_REQUIREMENTS["rllib"]), third_party
-    for requirement in _EXTRA_REQUIREMENTS["rllib"].values():
-        assert any(r.startswith(requirement) for r in rllib), f"the rllib extra does not require {requirement}"
+    assert third_party == set(_EXTRA_REQUIREMENTS[extra]), third_party
+    for requirement in _EXTRA_REQUIREMENTS[extra].values():
+        assert any(r.startswith(requirement) for r in required), f"the {extra} extra does not require {requirement}"
     declared = {e.text for e in ET.parse(ROOT / "package.xml").getroot()}
     assert not declared & {"ray", "torch", "gymnasium", "python3-torch"}, "rosdep would pull the trainer onto robots"
 

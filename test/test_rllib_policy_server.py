@@ -198,7 +198,7 @@ def _config_with(tmp_path: Path, old: str, new: str) -> Path:
 )
 def test_a_params_file_of_another_robot_is_refused_naming_what_differs(checkpoint, tmp_path, old, new, named):
     from plugrl_ros.rllib.checkpoint_policy import load_checkpoint_policy
-    from plugrl_ros.rllib.request_reader import ConfigMismatch, RequestReader
+    from plugrl_ros.serve.request_reader import ConfigMismatch, RequestReader
 
     path, _ = checkpoint
     policy = load_checkpoint_policy(path)
@@ -217,7 +217,7 @@ def test_the_executable_refuses_a_params_file_of_another_robot(checkpoint, tmp_p
 
 def test_the_horizon_given_must_fit_the_checkpoints_actions(checkpoint):
     from plugrl_ros.rllib.checkpoint_policy import load_checkpoint_policy
-    from plugrl_ros.rllib.request_reader import ConfigMismatch, RequestReader
+    from plugrl_ros.serve.request_reader import ConfigMismatch, RequestReader
 
     path, _ = checkpoint
     policy = load_checkpoint_policy(path)
@@ -228,9 +228,9 @@ def test_the_horizon_given_must_fit_the_checkpoints_actions(checkpoint):
 def test_the_server_is_registered_as_an_executable():
     from plugrl_ros import executables
 
-    assert executables.EXECUTABLES["plugrl-policy-server"] == "plugrl_ros.tools.rllib_policy_server"
+    assert executables.EXECUTABLES["plugrl-policy-server"] == "plugrl_ros.tools.policy_server"
     shown = subprocess.run(
-        python_module("plugrl_ros.tools.rllib_policy_server", "--help"),
+        python_module("plugrl_ros.tools.policy_server", "--help"),
         capture_output=True,
         text=True,
         timeout=WAIT_S,

@@ -8,6 +8,7 @@ certificate verified, the warning for a key over plain ``ws://``) is at the end.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import logging
 import os
@@ -443,7 +444,7 @@ def test_the_deploy_link_reaches_a_policy_server_with_its_key_over_wss_or_says_w
 # -- every server, the next one too ------------------------------------------------------------
 
 # Executables that listen but need an extra this suite does not install: where each is tested with a key.
-LISTENERS_ELSEWHERE = {"plugrl_ros.tools.rllib_policy_server": "test_rllib_policy_server.py (the rllib extra)"}
+LISTENERS_ELSEWHERE = {"plugrl_ros.tools.policy_server": "test_rllib_policy_server.py (the rllib extra)"}
 
 
 def _help(module: str) -> subprocess.CompletedProcess:
@@ -474,10 +475,37 @@ def test_every_executable_that_listens_takes_the_key_and_tls_options_and_is_refu
     assert tested <= listeners  # the servers this file starts are found by the same rule
 
 
-def test_the_rllib_policy_server_is_behind_the_gate_in_code_too():
-    """The one listener this suite cannot start without its extra: it serves through the shared gate."""
-    source = (Path(executables.__file__).parent / "rllib" / "policy_server.py").read_text()
-    assert "add_access_options(" in source and "access=self.access" in source
+def test_every_policy_server_backend_serves_through_the_one_gated_server():
+    """plugrl-policy-server's backends need extras this suite may not have: each must load a policy and hand it
+    to the one server (serve/policy_server.py: the access options, serve_trainer with the access), never listen
+    by itself."""
+    from plugrl_ros.tools.policy_server import BACKENDS
+
+    package = Path(executables.__file__).parent
+    server = (package / "serve" / "policy_server.py").read_text()
+    assert "add_access_options(" in server and "access=self.access" in server
+    assert sorted(BACKENDS) == ["rllib", "sb3"]
+    for _, _, module in BACKENDS.values():
+        source = (package / Path(*module.split(".")[1:])).with_suffix(".py").read_text()
+        assert "from plugrl_ros.serve.policy_server import" in source and "run(" in source, module
+        assert "serve_trainer" not in source and "websockets" not in source, module
+
+
+def test_every_server_in_the_package_passes_its_access_to_the_one_gate():
+    """The library's servers too (the RLlib runner, the Gymnasium vector env, ...): every call that starts one,
+    found by reading the package, names its access; a new one that forgets fails here."""
+    calls = []
+    for path in sorted(Path(executables.__file__).parent.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
+                "serve_trainer",
+                "BridgeServer",
+            ):
+                keywords = {k.arg: ast.unparse(k.value) for k in node.keywords}
+                calls.append((path.name, keywords.get("access")))
+    assert len(calls) >= 7, calls  # the demo and test trainers, the test policy server, the policy server, ...
+    assert all(access not in (None, "None") for _, access in calls), calls
 
 
 async def _flood(uri: str, attempts: int, headers: list[tuple[str, str]] | None) -> list[int]:

@@ -1,10 +1,11 @@
-"""What the demo's deploy step serves: the demo learner's linear policy, or the RLlib run's checkpoint.
+"""What the demo's deploy step serves: the demo learner's linear policy, the RLlib run's checkpoint or the SB3 model.
 
 Either way a policy server speaking openpi's contract serves it and the same
 bridge config, in ``mode: deploy``, drives the robots:
-``plugrl-test-policy-server --linear policy.npz`` for the demo trainer, and
+``plugrl-test-policy-server --linear policy.npz`` for the demo trainer,
 ``plugrl-policy-server --rllib CHECKPOINT --config demo.yaml`` for RLlib,
-whatever its algorithm (the server needs only the checkpoint).
+whatever its algorithm (the server needs only the checkpoint), and
+``plugrl-policy-server --sb3 MODEL.zip --config demo.yaml`` for Stable-Baselines3.
 """
 
 from __future__ import annotations
@@ -51,13 +52,6 @@ def policy_server_command(policy: str, horizon: int) -> list[str]:
     )
 
 
-def rllib_policy_server_command(checkpoint: str, config: Path) -> list[str]:
-    """``plugrl-policy-server --rllib`` serving the checkpoint's policy on a free port, keys from ``config``."""
-    return executables.command(
-        "plugrl_ros.tools.rllib_policy_server", "--rllib", checkpoint, "--config", str(config), "--port", "0"
-    )
-
-
 def learned_policy(trainer: Any, output: Path, config: Path, horizon: int) -> LearnedPolicy | None:
     """What ``trainer`` (stopped) learned, ready to serve; None if it left nothing to deploy.
 
@@ -74,6 +68,10 @@ def learned_policy(trainer: Any, output: Path, config: Path, horizon: int) -> Le
     checkpoint = getattr(trainer, "checkpoint", None)
     if checkpoint is not None:
         path = str(checkpoint)
-        command = rllib_policy_server_command(path, config)
-        return LearnedPolicy("checkpoint", path, trainer.horizon, "plugrl-policy-server --rllib", command)
+        backend = "--sb3" if path.endswith(".zip") else "--rllib"  # an SB3 model file, or an RLlib checkpoint folder
+        command = executables.command(
+            "plugrl_ros.tools.policy_server", backend, path, "--config", str(config), "--port", "0"
+        )
+        name = "model" if backend == "--sb3" else "checkpoint"
+        return LearnedPolicy(name, path, trainer.horizon, f"plugrl-policy-server {backend}", command)
     return None

@@ -41,8 +41,10 @@ from plugrl_ros.demo.learned_policy import LearnedPolicy, learned_policy
 from plugrl_ros.demo.progress import Progress, deploy_status_line, status_line
 from plugrl_ros.demo.results import NO_PLOT, EpisodeRecord, summarize, write_results
 from plugrl_ros.demo.rllib_trainer import ALGORITHMS, rllib_trainer
+from plugrl_ros.demo.sb3_trainer import sb3_trainer
 from plugrl_ros.demo.trainer import RECENT_EPISODES, DemoTrainer, DemoTrainerSettings, TrainerStats
 from plugrl_ros.shipped import shipped_file
+from plugrl_ros.tools.policy_server import BACKENDS, missing
 from plugrl_ros.tools.serving import TrainerThread
 
 EXIT_OK = 0
@@ -82,18 +84,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seeds the robot's poses and the trainer (default %(default)s)")
     p.add_argument(
         "--trainer",
-        choices=("demo", "rllib"),
+        choices=("demo", "rllib", "sb3"),
         default="demo",
         help="demo: the small local trainer (default); rllib: RLlib's PPO through a PlugRL EnvRunner "
         "(needs the rllib extra: scripts/setup-venv.sh .venv kilted '' rllib); its checkpoint is then deployed "
-        "with plugrl-policy-server --rllib",
+        "with plugrl-policy-server --rllib; sb3: Stable-Baselines3's PPO through the Gymnasium vector env (needs "
+        "the sb3 extra); its model is then deployed with plugrl-policy-server --sb3",
     )
     p.add_argument(
         "--algorithm",
         choices=ALGORITHMS,
         default="PPO",
-        help="with --trainer rllib: PPO (default; the robots wait while it learns) or SAC (off-policy: the "
-        "robots keep acting while it learns)",
+        help="with --trainer rllib or sb3: PPO (default; the robots wait while it learns) or SAC (off-policy)",
     )
     p.add_argument(
         "--teleop",
@@ -134,8 +136,12 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         parser.error("--envs must be at least 1")
     if not 0 < args.rate <= 1000:
         parser.error("--rate must be in (0, 1000] Hz")
-    if args.algorithm != "PPO" and args.trainer != "rllib":
-        parser.error(f"--algorithm {args.algorithm} needs --trainer rllib (the demo trainer is its own algorithm)")
+    if args.algorithm != "PPO" and args.trainer == "demo":
+        parser.error(
+            f"--algorithm {args.algorithm} needs --trainer rllib or sb3 (the demo trainer is its own algorithm)"
+        )
+    if args.demonstrations is not None and args.trainer != "rllib":
+        parser.error("--demonstrations needs --trainer rllib --algorithm SAC (RLlib's offline episodes)")
     if args.demonstrations is not None and args.algorithm != "SAC":
         parser.error("--demonstrations needs --trainer rllib --algorithm SAC (an off-policy learner's replay buffer)")
     if args.demonstrations is not None and not any(args.demonstrations.glob("*.parquet")):
@@ -146,6 +152,11 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         parser.error("--teleop-minutes must be 0 (always) or a positive number of minutes")
     if args.mode is None:
         args.mode = "timer" if args.teleop == "scripted" else "lockstep"
+    if args.trainer in BACKENDS:
+        needed, install, _ = BACKENDS[args.trainer]
+        problem = missing(needed)
+        if problem is not None:
+            parser.error(f"--trainer {args.trainer} needs {needed} ({problem}); {install}")
 
 
 class DemoRun:
@@ -459,6 +470,8 @@ class DemoRun:
             lines.append(f"  learned policy (W, b of its mean action): {paths['policy.npz']}")
         if "checkpoint" in paths:
             lines.append(f"  RLlib checkpoint (plugrl-policy-server --rllib serves it): {paths['checkpoint']}")
+        if "model" in paths:
+            lines.append(f"  Stable-Baselines3 model (plugrl-policy-server --sb3 serves it): {paths['model']}")
         if "recording" in paths:
             lines.append(f"  recording: {paths['recording']} (summary: plugrl-record-info {paths['recording']})")
         if summary.get("failure"):
@@ -467,10 +480,13 @@ class DemoRun:
 
 
 def make_trainer(args: argparse.Namespace, settings: DemoTrainerSettings, config: Path) -> TrainerThread[Any]:
-    """The demo's trainer on its thread: the demo trainer, or RLlib PPO or SAC through a PlugRL EnvRunner."""
+    """The demo's trainer on its thread: the demo trainer, RLlib or Stable-Baselines3 (PPO or SAC)."""
     if args.trainer == "rllib":
         checkpoint = Path(args.output) / "rllib_checkpoint"  # what the deploy step serves
         return rllib_trainer(args.algorithm, config, args.duration, args.seed, checkpoint, args.demonstrations)
+    if args.trainer == "sb3":
+        model = Path(args.output) / "sb3_model.zip"  # what the deploy step serves
+        return sb3_trainer(args.algorithm, config, args.envs, args.duration, args.seed, model)
     return TrainerThread(DemoTrainer(settings), name="plugrl-demo-trainer")
 
 
