@@ -46,11 +46,17 @@ def joint_state(names, position=(), velocity=(), effort=()) -> JointState:
 # --- registry ---------------------------------------------------------------
 
 
-def test_unknown_type_is_a_config_error_naming_the_type_key_and_the_choices():
+def test_a_type_without_a_typed_source_needs_field_paths_and_the_error_names_the_choices_and_its_fields():
     with pytest.raises(ConfigError) as e:
         make_state_source("sensor_msgs/Joy", section())
+    assert e.value.key == f"{PREFIX}.fields"
+    assert "sensor_msgs/JointState" in str(e.value) and "axes (sequence<float>)" in str(e.value)
+
+
+def test_a_type_that_is_not_installed_is_a_config_error_naming_the_type_key():
+    with pytest.raises(ConfigError) as e:
+        make_state_source("no_such_msgs/Joy", section())
     assert e.value.key == f"{PREFIX}.type"
-    assert "sensor_msgs/JointState" in str(e.value)
 
 
 def test_type_name_with_msg_infix_is_accepted():

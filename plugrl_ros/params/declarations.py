@@ -43,7 +43,8 @@ REQUIRED: Any = _NoValue("required")
 NONE: Any = _NoValue("none")  # optional: left out, the feature is off
 PER_TYPE: Any = _NoValue("per type")  # the message type's class supplies it (or requires it)
 
-KINDS = ("bool", "int", "float", "str", "int list", "str list", "float or float list")
+# "value": any scalar or list, its type checked against a message field (an actuator's defaults)
+KINDS = ("bool", "int", "float", "str", "int list", "str list", "float or float list", "value")
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,18 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "actions.<name>.field", "str", PER_TYPE, "JointState: position/velocity/effort; JointTrajectory: positions/..."
     ),
-    Spec("actions.<name>.fields", "str list", PER_TYPE, "Twist, TwistStamped: linear.x ... angular.z, one per value"),
+    Spec(
+        "actions.<name>.fields",
+        "str list",
+        PER_TYPE,
+        "Twist, TwistStamped: linear.x ... angular.z, one per value; other types: field paths the action fills",
+    ),
+    Spec(
+        "actions.<name>.defaults.<path>",
+        "value",
+        NONE,
+        "other types: a field the action does not fill, and its value (nested like the message)",
+    ),
     Spec("actions.<name>.frame_id", "str", "", "TwistStamped: the header's frame"),
     Spec("actions.<name>.scale", "float or float list", 1.0, "value * scale + offset (one number, or one per value)"),
     Spec("actions.<name>.offset", "float or float list", 0.0, "value * scale + offset (one number, or one per value)"),
@@ -349,8 +361,14 @@ SPECS: tuple[Spec, ...] = (
 
 
 def _pattern(key: str) -> re.Pattern[str]:
-    """A regex for a declared key: ``<name>`` and ``<part>`` match any one name."""
-    return re.compile(r"\.".join("[^.]+" if part.startswith("<") else re.escape(part) for part in key.split(".")))
+    """A regex for a declared key: ``<name>`` and ``<part>`` match any one name, ``<path>`` one or more."""
+
+    def part_pattern(part: str) -> str:
+        if part == "<path>":
+            return r"[^.]+(?:\.[^.]+)*"
+        return "[^.]+" if part.startswith("<") else re.escape(part)
+
+    return re.compile(r"\.".join(part_pattern(part) for part in key.split(".")))
 
 
 _PATTERNS = [(_pattern(spec.key), spec) for spec in SPECS]
@@ -386,6 +404,8 @@ def descriptor(spec: Spec, key: str, value: Any) -> Any:
 
     if spec.kind == "float or float list":
         kind = "float list" if isinstance(value, list) else "float"
+    elif spec.kind == "value":
+        kind = _value_kind(value)
     else:
         kind = spec.kind
     types = {
@@ -396,6 +416,7 @@ def descriptor(spec: Spec, key: str, value: Any) -> Any:
         "int list": ParameterType.PARAMETER_INTEGER_ARRAY,
         "float list": ParameterType.PARAMETER_DOUBLE_ARRAY,
         "str list": ParameterType.PARAMETER_STRING_ARRAY,
+        "bool list": ParameterType.PARAMETER_BOOL_ARRAY,
     }
     meaning = spec.description
     if spec.default is REQUIRED or spec.default is PER_TYPE:
@@ -418,6 +439,16 @@ def descriptor(spec: Spec, key: str, value: Any) -> Any:
                 FloatingPointRange(from_value=float(low if low is not None else -math.inf), to_value=float(high))
             ]
     return result
+
+
+def _value_kind(value: Any) -> str:
+    """The declared type of a "value" key: what the params file gave (a list: its first element's type)."""
+    first = value[0] if isinstance(value, list) and value else value
+    names = {bool: "bool", int: "int", float: "float", str: "str"}
+    kind = names.get(type(first), "str")
+    if isinstance(value, list):
+        return {"bool": "bool list", "int": "int list", "float": "float list", "str": "str list"}[kind]
+    return kind
 
 
 def declare(node: Any, values: Mapping[str, Any]) -> None:

@@ -30,8 +30,8 @@ from plugrl_ros.protocol.messages import ObservationRow
 from plugrl_ros.robot.reset import ResetProcedure
 from plugrl_ros.robot.silence import SilenceWatch
 from plugrl_ros.ros.config import BridgeConfig, TopicConfig, env_topic
+from plugrl_ros.ros.conversion import ConversionError, ShortMessage
 from plugrl_ros.ros.qos import qos_profile, subscription_event_callbacks
-from plugrl_ros.ros.sources import ConversionError
 
 # An actuator without a subscriber for this long is reported (DDS matches a new pair in well under that).
 _UNHEARD_WARNING_S = 3.0
@@ -376,7 +376,15 @@ class EnvIO:
             row = self._row()
         except ConversionError as exc:
             self.conversion_problem = str(exc)
-            self._node.get_logger().error(f"env {self.index}: {exc}", throttle_duration_sec=10.0)
+            if isinstance(exc, ShortMessage):
+                # the robot's message is valid, only shorter than the configured width: the env waits for one
+                # that fits (a driver still starting up publishes empty arrays), warned at a throttle
+                self._node.get_logger().warning(
+                    f"env {self.index}: {exc}; the env idles until a message holds the configured width",
+                    throttle_duration_sec=10.0,
+                )
+            else:
+                self._node.get_logger().error(f"env {self.index}: {exc}", throttle_duration_sec=10.0)
             return None
         self._fresh_marks = None
         self.conversion_problem = ""
@@ -408,7 +416,7 @@ class EnvIO:
             try:
                 image = source.latest.converted(source.config.converter)
             except ConversionError as exc:
-                raise ConversionError(f"{source.config.key} ({source.topic}): {exc}") from None
+                raise type(exc)(f"{source.config.key} ({source.topic}): {exc}") from None
             self._shapes.check(f"images.{name}", image)
             images[name] = image
         states = {}
@@ -416,7 +424,7 @@ class EnvIO:
             try:
                 values = [p.latest.converted(p.config.converter) for p in parts]
             except ConversionError as exc:
-                raise ConversionError(f"observations.states.{name}: {exc}") from None
+                raise type(exc)(f"observations.states.{name}: {exc}") from None
             state = values[0] if len(values) == 1 else np.concatenate(values)
             self._shapes.check(f"states.{name}", state)
             states[name] = state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import copy
 from typing import Any, Protocol
 
 import numpy as np
@@ -13,7 +14,8 @@ from std_msgs.msg import Float64, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from plugrl_ros.params.section import ConfigError, Section
-from plugrl_ros.ros.sources import ConversionError, read_joint_names, read_slice, registered
+from plugrl_ros.ros.field_paths import apply_defaults, compile_path, fields_of, interface_class
+from plugrl_ros.ros.sources import ConversionError, read_joint_names, read_slice, require_fields, short_type_name
 
 IDLE_CHOICES = ("hold", "zero", "none")
 
@@ -222,9 +224,52 @@ SINKS: dict[str, type] = {
 }
 
 
+class FieldsSink:
+    """Any message type: the action's values go where the ``fields`` paths say, in order; every other field
+    keeps its value from ``defaults`` (nested like the message), else the type's own default.
+
+    The typed sinks above are the fast paths of their types; this covers every other installed type by
+    its own introspection (plugrl_ros.ros.field_paths). A ``header`` (std_msgs/Header) gets the stamp.
+    """
+
+    def __init__(self, msg_type: type, section: Section, period_s: float) -> None:
+        del period_s
+        self.msg_type = msg_type
+        require_fields(msg_type, section, SINKS)
+        defaults = section.tree("defaults")
+        self._template = msg_type()
+        apply_defaults(self._template, defaults, section.key("defaults"))
+        paths = section.str_list("fields", nonempty=True)
+        self._paths = [compile_path(msg_type, path, section.key("fields"), defaults) for path in paths]
+        self.fields = tuple(paths)
+        self.width: int | None = sum(p.width for p in self._paths)
+        header = fields_of(msg_type).get("header")
+        self._stamped = header is not None and getattr(header, "namespaces", None) == ["std_msgs", "msg"]
+
+    def build(self, values: np.ndarray, stamp: Time) -> Any:
+        msg = copy.deepcopy(self._template)
+        if self._stamped:
+            msg.header.stamp = stamp
+        at = 0
+        for path in self._paths:
+            path.write(msg, values[at : at + path.width])
+            at += path.width
+        return msg
+
+    def read(self, msg: Any) -> np.ndarray:
+        return np.concatenate([path.read(msg) for path in self._paths])
+
+
 def make_sink(type_name: str, section: Section, period_s: float) -> Sink:
-    """The sink for ``type_name``, configured from ``section``; ``period_s`` is the control period."""
-    return registered(SINKS, type_name, section)(section, period_s)
+    """The sink for ``type_name``, configured from ``section``; ``period_s`` is the control period.
+
+    A type with a typed sink (the registry) gets it; any other installed message type is filled by
+    field paths (:class:`FieldsSink`).
+    """
+    cls = SINKS.get(short_type_name(type_name))
+    if cls is not None:
+        return cls(section, period_s)
+    return FieldsSink(interface_class(type_name, "msg", section.key("type")), section, period_s)
 
 
 def _optional_list(section: Section, name: str, width: int) -> np.ndarray | None:

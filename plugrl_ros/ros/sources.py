@@ -13,16 +13,14 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float32, Float32MultiArray, Float64, Float64MultiArray, String
 
-from plugrl_ros.params.section import ConfigError, Section
+from plugrl_ros.params.section import MISSING, ConfigError, Section
 from plugrl_ros.ros.cdr import JointStateView, parse_joint_state
+from plugrl_ros.ros.conversion import ConversionError
+from plugrl_ros.ros.field_paths import compile_path, describe_fields, interface_class, type_label
 
 # A robot whose driver reorders joints on every message would otherwise grow
 # the name->index cache without bound; a handful of orders is the real case.
 _MAX_CACHED_JOINT_ORDERS = 16
-
-
-class ConversionError(Exception):
-    """A message that does not fit the configuration (a missing joint, a too-short array, a bad image)."""
 
 
 class StateSource(Protocol):
@@ -350,9 +348,56 @@ STATE_SOURCES: dict[str, type] = {
 }
 
 
+def require_fields(msg_type: type, section: Section, typed: Mapping[str, type]) -> None:
+    """A type read or filled by field paths needs its ``fields``: say so, with the typed choices and its fields."""
+    if section.has("fields"):
+        return
+    raise ConfigError(
+        section.key("fields"),
+        MISSING,
+        f"{type_label(msg_type)} has no typed converter (those: {', '.join(sorted(typed))}): list the field "
+        f"paths to use, e.g. ['{next(iter(msg_type.get_fields_and_field_types()), 'data')}']; "
+        f"its fields: {describe_fields(msg_type)}",
+    )
+
+
+class FieldsSource:
+    """Any message type: the numbers its ``fields`` paths select, in order (plugrl_ros.ros.field_paths).
+
+    The typed sources above are the fast paths of their types; this covers every other installed type
+    by the type's own introspection. Plain dotted paths to numbers are read with one ``attrgetter`` (as
+    the typed field-path sources do); array slices and message sequences go through their readers.
+    """
+
+    raw = False
+
+    def __init__(self, msg_type: type, section: Section) -> None:
+        self.msg_type = msg_type
+        require_fields(msg_type, section, STATE_SOURCES)
+        paths = section.str_list("fields", nonempty=True)
+        compiled = [compile_path(msg_type, path, section.key("fields")) for path in paths]
+        self.fields = tuple(paths)
+        self.width = sum(p.width for p in compiled)
+        self._paths = compiled
+        self._get = operator.attrgetter(*paths) if all(p.scalar_attribute for p in compiled) else None
+
+    def convert(self, msg: Any) -> np.ndarray:
+        if self._get is not None:
+            values = self._get(msg)
+            return np.array(values if len(self._paths) > 1 else (values,), dtype=np.float64)
+        return np.concatenate([path.read(msg) for path in self._paths])
+
+
 def make_state_source(type_name: str, section: Section) -> StateSource:
-    """The state source for ``type_name``, configured from ``section`` (ConfigError for a bad type or key)."""
-    return registered(STATE_SOURCES, type_name, section)(section)
+    """The state source for ``type_name``, configured from ``section`` (ConfigError for a bad type or key).
+
+    A type with a typed source (the registry) gets it; any other installed message type is read by
+    field paths (:class:`FieldsSource`).
+    """
+    cls = STATE_SOURCES.get(short_type_name(type_name))
+    if cls is not None:
+        return cls(section)
+    return FieldsSource(interface_class(type_name, "msg", section.key("type")), section)
 
 
 class TextSource:
