@@ -284,13 +284,12 @@ def _compile_nested(
             f"their fields: {describe_fields(element_cls)}",
         )
     inner = _compile(element_cls, rest, path, key, here, element_defaults)
-    template = element_cls()
-    apply_defaults(template, element_defaults, key)
+    make_element = message_factory(element_cls, element_defaults, key)
     return FieldPath(
         path,
         selector.width * inner.width,
         _elements_reader(get, inner, start, stop, sequence, path),
-        _elements_writer(name, inner, start, stop, sequence, template),
+        _elements_writer(name, inner, start, stop, sequence, make_element),
         False,
     )
 
@@ -341,14 +340,14 @@ def _numbers_writer(
 
 
 def _elements_writer(
-    name: str, inner: FieldPath, start: int, stop: int, sequence: bool, template: Any
+    name: str, inner: FieldPath, start: int, stop: int, sequence: bool, make_element: Callable[[], Any]
 ) -> Callable[[Any, np.ndarray], None]:
     width = inner.width
 
     def write(msg: Any, values: np.ndarray) -> None:
         elements = list(getattr(msg, name))
         if sequence:
-            elements += [copy.deepcopy(template) for _ in range(stop - len(elements))]
+            elements += [make_element() for _ in range(stop - len(elements))]
         for i, element in enumerate(elements[start:stop]):
             inner.write(element, values[i * width : (i + 1) * width])
         if sequence:
@@ -400,11 +399,37 @@ def _scalar_setter(typename: str) -> Callable[[float], Any]:
 # -- defaults of an actuator's (or a request's) other fields --------------------------------------
 
 
-def apply_defaults(msg: Any, defaults: Mapping[str, Any], key: str) -> None:
+_Default = tuple[tuple[str, ...], str, Any]  # (the parent fields' names, the field, its value)
+
+
+def message_factory(cls: type, defaults: Mapping[str, Any], key: str) -> Callable[[], Any]:
+    """A function making a fresh ``cls`` message with ``defaults`` set (checked here: ConfigError naming the key).
+
+    Setting the few given fields on a new message costs a fraction of copying a prepared one.
+    """
+    ops: list[_Default] = []
+    apply_defaults(cls(), defaults, key, ops)
+
+    def make() -> Any:
+        msg = cls()
+        for parents, name, value in ops:
+            target = msg
+            for parent in parents:
+                target = getattr(target, parent)
+            # a list or an array is copied: a message never shares a mutable field with the next one
+            setattr(target, name, copy.copy(value) if isinstance(value, (list, array.array, np.ndarray)) else value)
+        return msg
+
+    return make
+
+
+def apply_defaults(
+    msg: Any, defaults: Mapping[str, Any], key: str, ops: list[_Default] | None = None, parents: tuple[str, ...] = ()
+) -> None:
     """Set ``defaults`` (nested like the message, no indices) on ``msg``; ConfigError naming the bad key.
 
     A map under a sequence of messages is not set here: it is the default of every element a path
-    creates (:func:`compile_path`).
+    creates (:func:`compile_path`). ``ops``, if given, receives each field set, to set it again later.
     """
     cls = type(msg)
     fields = fields_of(cls)
@@ -419,7 +444,7 @@ def apply_defaults(msg: Any, defaults: Mapping[str, Any], key: str) -> None:
         slot = fields[name]
         if isinstance(value, Mapping):
             if isinstance(slot, NamespacedType):
-                apply_defaults(getattr(msg, name), value, where)
+                apply_defaults(getattr(msg, name), value, where, ops, (*parents, name))
             elif isinstance(slot, AbstractNestedType) and isinstance(slot.value_type, NamespacedType):
                 apply_defaults(_class_of(slot.value_type)(), value, where)  # checked; applied per element
             else:
@@ -427,7 +452,10 @@ def apply_defaults(msg: Any, defaults: Mapping[str, Any], key: str) -> None:
                     where, value, f"'{name}' is a {cls.get_fields_and_field_types()[name]}, not a message"
                 )
             continue
-        setattr(msg, name, _default_value(slot, value, where, cls.get_fields_and_field_types()[name]))
+        converted = _default_value(slot, value, where, cls.get_fields_and_field_types()[name])
+        setattr(msg, name, converted)
+        if ops is not None:
+            ops.append((parents, name, converted))
 
 
 def _default_value(slot: Any, value: Any, key: str, shown: str) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import array
-import copy
 from typing import Any, Protocol
 
 import numpy as np
@@ -14,7 +13,7 @@ from std_msgs.msg import Float64, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from plugrl_ros.params.section import ConfigError, Section
-from plugrl_ros.ros.field_paths import apply_defaults, compile_path, fields_of, interface_class
+from plugrl_ros.ros.field_paths import compile_path, fields_of, interface_class, message_factory
 from plugrl_ros.ros.sources import ConversionError, read_joint_names, read_slice, require_fields, short_type_name
 
 IDLE_CHOICES = ("hold", "zero", "none")
@@ -237,8 +236,7 @@ class FieldsSink:
         self.msg_type = msg_type
         require_fields(msg_type, section, SINKS)
         defaults = section.tree("defaults")
-        self._template = msg_type()
-        apply_defaults(self._template, defaults, section.key("defaults"))
+        self._make = message_factory(msg_type, defaults, section.key("defaults"))
         paths = section.str_list("fields", nonempty=True)
         self._paths = [compile_path(msg_type, path, section.key("fields"), defaults) for path in paths]
         self.fields = tuple(paths)
@@ -247,7 +245,7 @@ class FieldsSink:
         self._stamped = header is not None and getattr(header, "namespaces", None) == ["std_msgs", "msg"]
 
     def build(self, values: np.ndarray, stamp: Time) -> Any:
-        msg = copy.deepcopy(self._template)
+        msg = self._make()
         if self._stamped:
             msg.header.stamp = stamp
         at = 0

@@ -1,0 +1,171 @@
+"""A robot whose interfaces the bridge has no code for, mapped from YAML alone, through the bridge as a real process.
+
+The robot (an rclpy node in this process) publishes a test_msgs message the bridge has no typed converter
+for and takes its commands in another; the trainer is :class:`trainer_fixture.ScriptedTrainer`. The tests
+check content and order, never timing: every observation row is exactly what the paths select from one
+message the robot published, and every command is exactly the chunk's step, in order (commands sent
+before DDS matched the robot's reader may be lost at the start, as test_record_bridge allows).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from harness import (
+    WARN,
+    bridge,
+    bridge_params,
+    env_status,
+    first_diag,
+    obs_of,
+    of_kind,
+    wait_until,
+)
+from test_msgs.msg import BasicTypes, Nested, UnboundedSequences
+from trainer_fixture import ScriptedTrainer
+
+from plugrl_ros.ros.qos import qos_profile
+
+pytestmark = [pytest.mark.ros, pytest.mark.websockets_incidental, pytest.mark.slow, pytest.mark.timeout(90)]
+
+HORIZON = 4
+# Commands published before DDS matched the robot's reader are lost (test_bridge_node's bound).
+MAX_LOST_AT_START = 30
+TACTILE = {
+    "topic": "tactile",
+    "type": "test_msgs/msg/UnboundedSequences",
+    "fields": ["float64_values[1:3]", "basic_types_values[0:2].int32_value"],
+}
+TOOL = {
+    "topic": "tool",
+    "type": "test_msgs/Nested",
+    "fields": ["basic_types_value.float64_value", "basic_types_value.int16_value"],
+    "defaults": {"basic_types_value": {"uint8_value": 7, "bool_value": True}},
+    "idle": "none",
+}
+
+
+def tactile(n: int, sequence_length: int = 4) -> UnboundedSequences:
+    """The robot's sensor after ``n`` commands: each selected value tells which field and which n it is."""
+    msg = UnboundedSequences(float64_values=[n, n + 0.5, n + 0.25, 99.0][:sequence_length])
+    msg.basic_types_values = [BasicTypes(int32_value=2 * n), BasicTypes(int32_value=-n), BasicTypes(int32_value=5)]
+    return msg
+
+
+def selected(n: int) -> list[float]:
+    """What the paths select from ``tactile(n)``."""
+    return [n + 0.5, n + 0.25, 2.0 * n, -float(n)]
+
+
+class CountingRobot:
+    """Counts the commands it takes and publishes its sensor after each one and on a timer."""
+
+    def __init__(self, robot) -> None:
+        self.lock = threading.Lock()
+        self.commands: list[Nested] = []
+        self.sequence_length = 4
+        self._publisher = robot.node.create_publisher(UnboundedSequences, "/tactile", qos_profile("reliable", 10))
+        robot.node.create_subscription(Nested, "/tool", self._on_command, qos_profile("reliable", 100))
+        robot.node.create_timer(0.02, self._publish)
+
+    def _on_command(self, msg: Nested) -> None:
+        with self.lock:
+            self.commands.append(msg)
+        self._publish()
+
+    def _publish(self) -> None:
+        with self.lock:
+            n, length = len(self.commands), self.sequence_length
+        self._publisher.publish(tactile(n, length))
+
+    def taken(self) -> list[Nested]:
+        with self.lock:
+            return list(self.commands)
+
+
+def numbered_chunks():
+    """Chunk c's step k is worth c * HORIZON + k: the commands, in order, count 0, 1, 2, ..."""
+    chunks = []
+
+    def actions(env_indices, step_ids, observation):
+        base = len(chunks) * HORIZON
+        chunks.append(base)
+        chunk = np.zeros((HORIZON, len(env_indices), 2), dtype="<f4")
+        chunk[:, :, 0] = (base + np.arange(HORIZON))[:, None]
+        chunk[:, :, 1] = -2.0 * chunk[:, :, 0]
+        return chunk
+
+    return actions
+
+
+def check_rows(messages: list[dict]) -> list[int]:
+    """Every observation row is ``selected(n)`` of one message; returns the n of each, in order."""
+    ns = []
+    for message in messages:
+        row = obs_of(message)["states"]["tactile"]
+        assert row.shape == (1, 4) and row.dtype == np.float64, row
+        n = round(float(row[0, 0]) - 0.5)
+        np.testing.assert_array_equal(row[0], selected(n), err_msg="a row is not what the paths select")
+        ns.append(n)
+    return ns
+
+
+def check_commands(commands: list[Nested]) -> None:
+    """The commands are the chunks' steps in order (0, 1, 2, ...) after at most a few lost at the start."""
+    values = [c.basic_types_value.float64_value for c in commands]
+    first = int(values[0])
+    assert first <= MAX_LOST_AT_START, f"the first {first} commands were lost"
+    assert values == [float(first + i) for i in range(len(values))], f"commands out of order or missing: {values}"
+    for command in commands:
+        element = command.basic_types_value
+        assert element.int16_value == -2 * int(element.float64_value), "the second path's value"
+        assert (element.uint8_value, element.bool_value) == (7, True), "a default was not kept"
+
+
+@pytest.mark.parametrize("mode", ["lockstep", "timer"])
+def test_a_message_type_without_converter_code_is_observed_and_commanded_by_its_field_paths(tmp_path, robot, mode):
+    device = CountingRobot(robot)
+    params = {
+        "control": {"mode": mode},
+        "observations": {"states": {"tactile": TACTILE}},
+        "actions": {"tool": TOOL},
+    }
+    with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 2}, numbered_chunks()) as trainer:
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)):
+            trainer.wait_for(lambda r: len(of_kind(r, "feedback")) >= 4, 30, "4 feedbacks")
+            wait_until(lambda: len(device.taken()) >= 3 * HORIZON, 20, "three chunks of commands")
+            records = trainer.records()
+    messages = [m for _, m in records if m["message_type"] in ("infer", "feedback")]
+    ns = check_rows(messages)
+    assert ns == sorted(ns), f"observations went back in time: {ns}"
+    assert ns[-1] > ns[0], "the robot's commands never showed in its observations"
+    check_commands(device.taken())
+
+
+def test_a_sequence_shorter_than_its_path_idles_the_env_with_a_warning_until_one_holds_the_width(tmp_path, robot):
+    device = CountingRobot(robot)
+    device.sequence_length = 2  # float64_values[1:3] needs 3
+    diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
+    params = {"observations": {"states": {"tactile": TACTILE}}, "actions": {"tool": TOOL}}
+    with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 2}, numbered_chunks()) as trainer:
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
+            first_diag(
+                diagnostics,
+                lambda m: (
+                    env_status(m, 0)[0] == WARN and "reads 3 elements but the message has 2" in env_status(m, 0)[1]
+                ),
+                30,
+                "the env's WARN naming the short path",
+            )
+            assert not trainer.messages("infer"), "a short message went into an infer"
+            assert not device.taken(), "the robot was commanded on a short message"
+            with device.lock:
+                device.sequence_length = 4
+            trainer.wait_for(lambda r: len(of_kind(r, "infer")) >= 2, 30, "infers once the messages fit")
+            wait_until(lambda: "float64_values[1:3]' reads 3 elements" in child.output(), 10, "the logged warning")
+            records = trainer.records()
+    check_rows([m for _, m in records if m["message_type"] in ("infer", "feedback")])
+    assert "[WARN]" in next(line for line in child.output().splitlines() if "reads 3 elements" in line)
