@@ -9,6 +9,7 @@ before DDS matched the robot's reader may be lost at the start, as test_record_b
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -24,6 +25,7 @@ from harness import (
     of_kind,
     wait_until,
 )
+from sensor_msgs.msg import LaserScan
 from test_msgs.msg import BasicTypes, Nested, UnboundedSequences
 from trainer_fixture import ScriptedTrainer
 
@@ -39,6 +41,7 @@ TACTILE = {
     "type": "test_msgs/msg/UnboundedSequences",
     "fields": ["float64_values[1:3]", "basic_types_values[0:2].int32_value"],
 }
+SCAN = {"topic": "scan", "type": "sensor_msgs/LaserScan", "beams": 4}
 TOOL = {
     "topic": "tool",
     "type": "test_msgs/Nested",
@@ -55,6 +58,17 @@ def tactile(n: int, sequence_length: int = 4) -> UnboundedSequences:
     return msg
 
 
+def laser_scan(n: int) -> LaserScan:
+    """A scan of 8 readings after ``n`` commands: two per beam, one of each pair invalid or farther."""
+    ranges = [n + 1.0, math.inf, n + 3.0, n + 0.5, math.nan, n + 2.0, 50.0, n + 4.0]
+    return LaserScan(range_min=0.1, range_max=40.0, ranges=ranges)
+
+
+def scan_selected(n: int) -> list[float]:
+    """The nearest valid return of each 2-reading sector of ``laser_scan(n)``."""
+    return [n + 1.0, n + 0.5, n + 2.0, n + 4.0]
+
+
 def selected(n: int) -> list[float]:
     """What the paths select from ``tactile(n)``."""
     return [n + 0.5, n + 0.25, 2.0 * n, -float(n)]
@@ -68,6 +82,7 @@ class CountingRobot:
         self.commands: list[Nested] = []
         self.sequence_length = 4
         self._publisher = robot.node.create_publisher(UnboundedSequences, "/tactile", qos_profile("reliable", 10))
+        self._scan = robot.node.create_publisher(LaserScan, "/scan", qos_profile("reliable", 10))
         robot.node.create_subscription(Nested, "/tool", self._on_command, qos_profile("reliable", 100))
         robot.node.create_timer(0.02, self._publish)
 
@@ -80,6 +95,7 @@ class CountingRobot:
         with self.lock:
             n, length = len(self.commands), self.sequence_length
         self._publisher.publish(tactile(n, length))
+        self._scan.publish(laser_scan(n))
 
     def taken(self) -> list[Nested]:
         with self.lock:
@@ -101,14 +117,20 @@ def numbered_chunks():
     return actions
 
 
-def check_rows(messages: list[dict]) -> list[int]:
-    """Every observation row is ``selected(n)`` of one message; returns the n of each, in order."""
+def check_rows(messages: list[dict], name: str = "tactile") -> list[int]:
+    """Every observation row of state ``name`` is what its configuration selects from one message the
+    robot published; returns the robot's command count n of each, in order."""
     ns = []
     for message in messages:
-        row = obs_of(message)["states"]["tactile"]
+        row = obs_of(message)["states"][name]
         assert row.shape == (1, 4) and row.dtype == np.float64, row
-        n = round(float(row[0, 0]) - 0.5)
-        np.testing.assert_array_equal(row[0], selected(n), err_msg="a row is not what the paths select")
+        if name == "tactile":
+            n = round(float(row[0, 0]) - 0.5)
+            expected = selected(n)
+        else:
+            n = round(float(row[0, 0]) - 1.0)
+            expected = scan_selected(n)
+        np.testing.assert_array_equal(row[0], expected, err_msg=f"a {name} row is not what its keys select")
         ns.append(n)
     return ns
 
@@ -130,7 +152,7 @@ def test_a_message_type_without_converter_code_is_observed_and_commanded_by_its_
     device = CountingRobot(robot)
     params = {
         "control": {"mode": mode},
-        "observations": {"states": {"tactile": TACTILE}},
+        "observations": {"states": {"tactile": TACTILE, "scan": SCAN}},
         "actions": {"tool": TOOL},
     }
     with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 2}, numbered_chunks()) as trainer:
@@ -139,9 +161,10 @@ def test_a_message_type_without_converter_code_is_observed_and_commanded_by_its_
             wait_until(lambda: len(device.taken()) >= 3 * HORIZON, 20, "three chunks of commands")
             records = trainer.records()
     messages = [m for _, m in records if m["message_type"] in ("infer", "feedback")]
-    ns = check_rows(messages)
-    assert ns == sorted(ns), f"observations went back in time: {ns}"
-    assert ns[-1] > ns[0], "the robot's commands never showed in its observations"
+    for name in ("tactile", "scan"):
+        ns = check_rows(messages, name)
+        assert ns == sorted(ns), f"{name} observations went back in time: {ns}"
+        assert ns[-1] > ns[0], f"the robot's commands never showed in its {name} observations"
     check_commands(device.taken())
 
 

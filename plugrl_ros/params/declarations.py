@@ -97,6 +97,27 @@ def _state(prefix: str) -> list[Spec]:
         Spec(f"{prefix}.joints", "str list", PER_TYPE, "JointState: joints, selected and ordered by name"),
         Spec(f"{prefix}.fields", "str list", PER_TYPE, "JointState: position/velocity/effort; others: field paths"),
         Spec(f"{prefix}.slice", "int list", NONE, "[start, stop) of a multi-array"),
+        Spec(
+            f"{prefix}.beams",
+            "int",
+            PER_TYPE,
+            "LaserScan (required): the ranges resampled to this many beams",
+            positive=True,
+        ),
+        Spec(
+            f"{prefix}.reduce",
+            "str",
+            "min",
+            "LaserScan: each beam is the nearest return of its sector (min) or its first reading (step)",
+            choices=("min", "step"),
+        ),
+        Spec(
+            f"{prefix}.invalid_value",
+            "float",
+            NONE,
+            "LaserScan: what NaN, inf and out-of-range readings become (left out: the message's range_max)",
+        ),
+        Spec(f"{prefix}.intensities", "bool", False, "LaserScan: the beams' intensities follow their ranges"),
     ]
 
 
