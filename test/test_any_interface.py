@@ -9,6 +9,7 @@ before DDS matched the robot's reader may be lost at the start, as test_record_b
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 
@@ -25,7 +26,9 @@ from harness import (
     of_kind,
     wait_until,
 )
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from sensor_msgs.msg import LaserScan
+from test_msgs.action import Fibonacci
 from test_msgs.msg import BasicTypes, Nested, UnboundedSequences
 from trainer_fixture import ScriptedTrainer
 
@@ -49,6 +52,76 @@ TOOL = {
     "defaults": {"basic_types_value": {"uint8_value": 7, "bool_value": True}},
     "idle": "none",
 }
+
+
+GRIP = {"topic": "grip", "type": "test_msgs/action/Fibonacci", "fields": ["order"], "slice": [2, 3], "idle": "none"}
+
+
+class GoalServer:
+    """The robot's action server: records each goal's order as it arrives; aborts or rejects chosen orders;
+    each goal runs ``run_s`` (0: done at once), cancellable; ``overlaps`` counts goals that arrived while
+    another still ran."""
+
+    def __init__(self, robot, run_s: float = 0.0, abort: int | None = None, reject: int | None = None) -> None:
+        self.lock = threading.Lock()
+        self.orders: list[int] = []
+        self.cancelled: list[int] = []
+        self.overlaps = 0
+        self._running = 0
+        self._node = robot.node
+        self._run_s, self._abort, self._reject = run_s, abort, reject
+        self._server = ActionServer(
+            robot.node,
+            Fibonacci,
+            "/grip",
+            self._execute,
+            goal_callback=self._goal,
+            cancel_callback=lambda handle: CancelResponse.ACCEPT,
+        )
+
+    def _goal(self, request) -> GoalResponse:
+        with self.lock:
+            self.orders.append(request.order)
+        return GoalResponse.REJECT if request.order == self._reject else GoalResponse.ACCEPT
+
+    async def _execute(self, handle):
+        with self.lock:
+            self.overlaps += self._running > 0
+            self._running += 1
+        try:
+            if self._run_s > 0:
+                await self._sleep(self._run_s, handle)
+            if handle.is_cancel_requested:
+                with self.lock:
+                    self.cancelled.append(handle.request.order)
+                handle.canceled()
+            elif handle.request.order == self._abort:
+                handle.abort()
+            else:
+                handle.succeed()
+            return Fibonacci.Result()
+        finally:
+            with self.lock:
+                self._running -= 1
+
+    async def _sleep(self, seconds: float, handle) -> None:
+        """Wait on the robot's executor (a coroutine callback), ending early on a cancel request."""
+        from rclpy.task import Future
+
+        done = Future()
+        timer = self._node.create_timer(seconds, lambda: done.done() or done.set_result(True))
+        poll = self._node.create_timer(
+            0.01, lambda: handle.is_cancel_requested and not done.done() and done.set_result(True)
+        )
+        try:
+            await done
+        finally:
+            self._node.destroy_timer(timer)
+            self._node.destroy_timer(poll)
+
+    def received(self) -> list[int]:
+        with self.lock:
+            return list(self.orders)
 
 
 def tactile(n: int, sequence_length: int = 4) -> UnboundedSequences:
@@ -109,9 +182,10 @@ def numbered_chunks():
     def actions(env_indices, step_ids, observation):
         base = len(chunks) * HORIZON
         chunks.append(base)
-        chunk = np.zeros((HORIZON, len(env_indices), 2), dtype="<f4")
+        chunk = np.zeros((HORIZON, len(env_indices), 3), dtype="<f4")
         chunk[:, :, 0] = (base + np.arange(HORIZON))[:, None]
         chunk[:, :, 1] = -2.0 * chunk[:, :, 0]
+        chunk[:, :, 2] = chunk[:, :, 0]  # the goal's order: the step's number
         return chunk
 
     return actions
@@ -135,6 +209,14 @@ def check_rows(messages: list[dict], name: str = "tactile") -> list[int]:
     return ns
 
 
+def check_goals(orders: list[int]) -> None:
+    """The goals are the chunks' steps in order, as the commands are."""
+    assert orders, "no goal reached the action server"
+    first = orders[0]
+    assert first <= MAX_LOST_AT_START, f"the first {first} goals were lost"
+    assert orders == list(range(first, first + len(orders))), f"goals out of order or missing: {orders}"
+
+
 def check_commands(commands: list[Nested]) -> None:
     """The commands are the chunks' steps in order (0, 1, 2, ...) after at most a few lost at the start."""
     values = [c.basic_types_value.float64_value for c in commands]
@@ -150,12 +232,13 @@ def check_commands(commands: list[Nested]) -> None:
 @pytest.mark.parametrize("mode", ["lockstep", "timer"])
 def test_a_message_type_without_converter_code_is_observed_and_commanded_by_its_field_paths(tmp_path, robot, mode):
     device = CountingRobot(robot)
+    gripper = GoalServer(robot)
     params = {
         "control": {"mode": mode},
         "observations": {"states": {"tactile": TACTILE, "scan": SCAN}},
-        "actions": {"tool": TOOL},
+        "actions": {"tool": {**TOOL, "slice": [0, 2]}, "grip": GRIP},
     }
-    with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 2}, numbered_chunks()) as trainer:
+    with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 3}, numbered_chunks()) as trainer:
         with bridge(tmp_path, bridge_params(trainer.uri, **params)):
             trainer.wait_for(lambda r: len(of_kind(r, "feedback")) >= 4, 30, "4 feedbacks")
             wait_until(lambda: len(device.taken()) >= 3 * HORIZON, 20, "three chunks of commands")
@@ -166,6 +249,7 @@ def test_a_message_type_without_converter_code_is_observed_and_commanded_by_its_
         assert ns == sorted(ns), f"{name} observations went back in time: {ns}"
         assert ns[-1] > ns[0], f"the robot's commands never showed in its {name} observations"
     check_commands(device.taken())
+    check_goals(gripper.received())
 
 
 def test_a_sequence_shorter_than_its_path_idles_the_env_with_a_warning_until_one_holds_the_width(tmp_path, robot):
@@ -173,7 +257,7 @@ def test_a_sequence_shorter_than_its_path_idles_the_env_with_a_warning_until_one
     device.sequence_length = 2  # float64_values[1:3] needs 3
     diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
     params = {"observations": {"states": {"tactile": TACTILE}}, "actions": {"tool": TOOL}}
-    with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 2}, numbered_chunks()) as trainer:
+    with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 3}, numbered_chunks()) as trainer:
         with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
             first_diag(
                 diagnostics,
@@ -192,3 +276,72 @@ def test_a_sequence_shorter_than_its_path_idles_the_env_with_a_warning_until_one
             records = trainer.records()
     check_rows([m for _, m in records if m["message_type"] in ("infer", "feedback")])
     assert "[WARN]" in next(line for line in child.output().splitlines() if "reads 3 elements" in line)
+
+
+ACTUATORS = {"tool": {**TOOL, "slice": [0, 2]}}
+
+
+def test_a_rejected_or_an_aborted_goal_truncates_the_episode_with_a_warning(tmp_path, robot):
+    CountingRobot(robot)
+    gripper = GoalServer(robot, abort=5, reject=9)
+    params = {"observations": {"states": {"tactile": TACTILE}}, "actions": {**ACTUATORS, "grip": GRIP}}
+    warned = ("actions.grip: the goal was aborted by /grip", "actions.grip: the goal was rejected by /grip")
+    with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 3}, numbered_chunks()) as trainer:
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
+            wait_until(lambda: all(w in child.output() for w in warned), 30, "both failures warned")
+            trainer.wait_for(
+                lambda r: sum(bool(m["data"]["truncated"][0]) for m in of_kind(r, "feedback")) >= 2,
+                20,
+                "two truncated episodes",
+            )
+            feedbacks = trainer.messages("feedback")
+    assert {5, 9} <= set(gripper.received())
+    # no time limit and no episode topics: only the two failed goals ended episodes
+    assert sum(bool(m["data"]["truncated"][0]) for m in feedbacks) == 2
+    assert not any(m["data"]["terminated"][0] for m in feedbacks)
+    for line in (line for line in child.output().splitlines() if "the goal was" in line):
+        assert "[WARN]" in line and "the episode is truncated" in line, line
+
+
+@pytest.mark.parametrize("rule", ["skip", "replace"])
+def test_a_step_while_a_goal_runs_is_skipped_or_replaces_the_running_goal(tmp_path, robot, rule):
+    CountingRobot(robot)
+    gripper = GoalServer(robot, run_s=0.15)  # several control ticks (50 Hz) per goal
+    grip = {**GRIP, "running_goal": rule}
+    params = {"observations": {"states": {"tactile": TACTILE}}, "actions": {**ACTUATORS, "grip": grip}}
+    with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 3}, numbered_chunks()) as trainer:
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)):
+            wait_until(lambda: len(gripper.received()) >= 6, 30, "six goals")
+            trainer.wait_for(lambda r: len(of_kind(r, "feedback")) >= 2, 20, "two feedbacks")
+    orders = gripper.received()
+    with gripper.lock:
+        overlaps, cancelled = gripper.overlaps, list(gripper.cancelled)
+    if rule == "skip":
+        # a goal is sent only once the last one's result came: never two at once, and steps in between are skipped
+        assert overlaps == 0, f"{overlaps} goals arrived while another ran"
+        assert orders == sorted(set(orders)), orders
+        assert max(b - a for a, b in itertools.pairwise(orders)) > 1, f"no step was skipped: {orders}"
+        assert not cancelled
+    else:
+        # every step is a goal, and a newer goal cancels the one still running
+        check_goals(orders)
+        assert cancelled, "no running goal was replaced"
+        assert all(order < orders[-1] for order in cancelled), "the newest goal was cancelled"
+
+
+def test_without_its_action_server_the_env_is_held_idle_and_starts_when_the_server_appears(tmp_path, robot):
+    CountingRobot(robot)
+    diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
+    params = {"observations": {"states": {"tactile": TACTILE}}, "actions": {**ACTUATORS, "grip": GRIP}}
+    with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 3}, numbered_chunks()) as trainer:
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)):
+            first_diag(
+                diagnostics,
+                lambda m: "no subscriber on /grip (action server)" in env_status(m, 0)[1],
+                30,
+                "the env held for its action server",
+            )
+            assert not trainer.messages("infer"), "a chunk started without the action server"
+            gripper = GoalServer(robot)
+            wait_until(lambda: len(gripper.received()) >= HORIZON, 30, "goals once the server is there")
+    check_goals(gripper.received())

@@ -294,8 +294,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("observations.text.qos", "str", "reliable", "subscription QoS", choices=QOS_CHOICES),
     Spec("observations.text.max_age_s", "float", 0.0, "older than this is stale (0 = no limit)", minimum=0.0),
     Spec("observations.text.sync", "bool", False, "the topic publishes once per action step: a step waits for it"),
-    Spec("actions.<name>.topic", "str", REQUIRED, "topic to publish the commands on"),
-    Spec("actions.<name>.type", "str", REQUIRED, "message type, pkg/Type or pkg/msg/Type"),
+    Spec("actions.<name>.topic", "str", REQUIRED, "topic to publish the commands on (an action type: its server)"),
+    Spec(
+        "actions.<name>.type", "str", REQUIRED, "message type, pkg/Type or pkg/msg/Type; or an action, pkg/action/Type"
+    ),
     Spec("actions.<name>.qos", "str", "reliable", "publisher QoS", choices=QOS_CHOICES),
     Spec(
         "actions.<name>.slice",
@@ -326,6 +328,20 @@ SPECS: tuple[Spec, ...] = (
     Spec("actions.<name>.max", "float or float list", NONE, "clip limit (one number, or one per value)"),
     Spec("actions.<name>.max_delta", "float or float list", NONE, "largest change per step (one, or one per value)"),
     Spec("actions.<name>.idle", "str", "hold", "with no valid action", choices=("hold", "zero", "none")),
+    Spec(
+        "actions.<name>.running_goal",
+        "str",
+        "replace",
+        "an action: a step that comes while the last goal runs replaces it (cancelled), or is skipped",
+        choices=("replace", "skip"),
+    ),
+    Spec(
+        "actions.<name>.goal_period_s",
+        "float",
+        0.0,
+        "an action: at least this long between two goals; the steps in between send none (0 = every step)",
+        minimum=0.0,
+    ),
     Spec("reward.topic", "str", "", 'std_msgs/Float32 or Float64 reward ("" = every step earns 0)'),
     Spec("reward.type", "str", "std_msgs/Float32", "std_msgs/Float32 or std_msgs/Float64"),
     Spec("reward.mode", "str", "sum", "sum every message during a step, or the latest", choices=("sum", "latest")),

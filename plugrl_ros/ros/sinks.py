@@ -13,7 +13,13 @@ from std_msgs.msg import Float64, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from plugrl_ros.params.section import ConfigError, Section
-from plugrl_ros.ros.field_paths import compile_path, fields_of, interface_class, message_factory
+from plugrl_ros.ros.field_paths import (
+    compile_path,
+    fields_of,
+    has_interface_kind,
+    interface_class,
+    message_factory,
+)
 from plugrl_ros.ros.sources import ConversionError, read_joint_names, read_slice, require_fields, short_type_name
 
 IDLE_CHOICES = ("hold", "zero", "none")
@@ -258,12 +264,31 @@ class FieldsSink:
         return np.concatenate([path.read(msg) for path in self._paths])
 
 
+class GoalSink(FieldsSink):
+    """An action server's goal (``pkg/action/Type``): filled by field paths like :class:`FieldsSink`.
+
+    What makes it a goal is on the robot side (plugrl_ros.robot.goal_actuator): ``topic`` names the
+    action server, ``running_goal`` says what a step does while the previous goal still runs (replace it,
+    or skip the step), and ``goal_period_s`` is the least time between two goals (a gripper does not take
+    50 goals a second; the steps in between send nothing).
+    """
+
+    def __init__(self, action_type: type, section: Section, period_s: float) -> None:
+        super().__init__(action_type.Goal, section, period_s)
+        self.action_type = action_type
+        self.running_goal = section.str("running_goal")
+        self.goal_period_s = section.float("goal_period_s")
+        self.period_s = period_s  # the control period: steps come on its ticks
+
+
 def make_sink(type_name: str, section: Section, period_s: float) -> Sink:
     """The sink for ``type_name``, configured from ``section``; ``period_s`` is the control period.
 
-    A type with a typed sink (the registry) gets it; any other installed message type is filled by
-    field paths (:class:`FieldsSink`).
+    A type with a typed sink (the registry) gets it; an action type (``pkg/action/Type``) becomes goals
+    (:class:`GoalSink`); any other installed message type is filled by field paths (:class:`FieldsSink`).
     """
+    if has_interface_kind(type_name, "action"):
+        return GoalSink(interface_class(type_name, "action", section.key("type")), section, period_s)
     cls = SINKS.get(short_type_name(type_name))
     if cls is not None:
         return cls(section, period_s)
