@@ -345,3 +345,39 @@ def test_without_its_action_server_the_env_is_held_idle_and_starts_when_the_serv
             gripper = GoalServer(robot)
             wait_until(lambda: len(gripper.received()) >= HORIZON, 30, "goals once the server is there")
     check_goals(gripper.received())
+
+
+def test_a_reset_service_of_another_type_gets_its_request_fields_and_a_false_success_field_is_retried(tmp_path, robot):
+    from test_msgs.srv import BasicTypes as HomingService
+
+    CountingRobot(robot)
+    lock, requests = threading.Lock(), []
+
+    def home(request, response):
+        with lock:
+            requests.append((request.int32_value, request.string_value))
+            homed = len(requests) >= 2  # the first call fails: the arm is not homed yet
+        response.bool_value = homed
+        response.string_value = "homed" if homed else "arm not homed"
+        return response
+
+    robot.node.create_service(HomingService, "/home", home)
+    reset = {
+        "mode": "service",
+        "service": "home",
+        "service_type": "test_msgs/srv/BasicTypes",
+        "request": {"int32_value": 4, "string_value": "home"},
+        "success_field": "bool_value",
+        "message_field": "string_value",
+        "retry_initial_s": 0.2,
+    }
+    params = {"observations": {"states": {"tactile": TACTILE}}, "actions": ACTUATORS, "reset": reset}
+    params["control"] = {"action_dim": 3}  # the trainer's third value is for a gripper this robot lacks
+    with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 3}, numbered_chunks()) as trainer:
+        with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
+            trainer.wait_for(lambda r: len(of_kind(r, "infer")) >= 1, 30, "an infer after the reset")
+            output = child.output()
+    with lock:
+        assert requests[:2] == [(4, "home"), (4, "home")], requests
+    failed = [line for line in output.splitlines() if "reset of home failed" in line]
+    assert failed and "answered bool_value=false: 'arm not homed'" in failed[0], output

@@ -223,3 +223,62 @@ def test_defaults_arrive_from_the_flat_parameters_and_every_leaf_is_declared():
     key = f"{ACTION}.defaults.basic_types_value.int8_value"
     spec = spec_for(key)
     assert spec is not None and descriptor(spec, key, 3).type == 2  # PARAMETER_INTEGER
+
+
+# --- any reset service -----------------------------------------------------------------------------
+
+RESET_BASE = {
+    f"{STATE}.topic": "s",
+    f"{STATE}.type": "test_msgs/msg/BasicTypes",
+    f"{STATE}.fields": ["float64_value"],
+    f"{ACTION}.topic": "a",
+    f"{ACTION}.type": "std_msgs/Float64",
+    "reset.mode": "service",
+}
+
+
+def reset_config(**reset):
+    return load_config({**RESET_BASE, **{f"reset.{k}": v for k, v in reset.items()}}).reset
+
+
+def test_a_reset_service_of_any_type_takes_its_request_fields_and_reads_success_and_message_by_path():
+    reset = reset_config(
+        service_type="test_msgs/srv/BasicTypes",
+        **{"request.int32_value": 4, "request.string_value": "home"},
+        success_field="bool_value",
+        message_field="string_value",
+    )
+    assert reset.service_type == "test_msgs/BasicTypes"
+    request = reset.call.make_request()
+    assert (request.int32_value, request.string_value, request.bool_value) == (4, "home", False)
+    from test_msgs.srv import BasicTypes as BasicTypesSrv
+
+    response = BasicTypesSrv.Response(bool_value=False, string_value="arm not homed")
+    assert reset.call.success.read(response)[0] == 0.0 and reset.call.message(response) == "arm not homed"
+
+
+def test_success_and_message_are_read_where_the_response_has_them_and_nothing_is_required_otherwise():
+    trigger = reset_config(service_type="std_srvs/srv/Trigger").call
+    assert trigger.success.text == "success" and trigger.message is not None
+    empty = reset_config(service_type="std_srvs/Empty").call
+    assert empty.success is None and empty.message is None  # any answer is a success
+
+
+@pytest.mark.parametrize(
+    ("reset", "key", "said"),
+    [
+        ({"service_type": "test_msgs/srv/Nope"}, "reset.service_type", "test_msgs/srv has no type 'Nope'"),
+        ({"service_type": "std_srvs/msg/Empty"}, "reset.service_type", "allowed: a srv type"),
+        ({"service_type": "test_msgs/BasicTypes", "request.nope": 1}, "reset.request.nope", "has no field 'nope'"),
+        ({"service_type": "std_srvs/Empty", "success_field": "ok"}, "reset.success_field", "has no field 'ok'"),
+        (
+            {"service_type": "test_msgs/BasicTypes", "message_field": "int8_value"},
+            "reset.message_field",
+            "'int8_value' is a int8, not a string",
+        ),
+    ],
+)
+def test_a_bad_reset_service_setting_is_a_config_error_naming_its_key(reset, key, said):
+    with pytest.raises(ConfigError) as caught:
+        reset_config(**reset)
+    assert caught.value.key == key and said in str(caught.value)

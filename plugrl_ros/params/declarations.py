@@ -356,7 +356,17 @@ SPECS: tuple[Spec, ...] = (
     Spec("episode.sync", "bool", False, "terminated/truncated publish once per action step: a step waits"),
     Spec("reset.mode", "str", "none", "how an episode restarts", choices=("none", "service", "signal")),
     Spec("reset.service", "str", "reset", "the reset service, under each env's namespace"),
-    Spec("reset.service_type", "str", "std_srvs/Trigger", "std_srvs/Trigger or std_srvs/Empty"),
+    Spec(
+        "reset.service_type", "str", "std_srvs/Trigger", "any service type, pkg/srv/Type (std_srvs/Trigger, Empty, ...)"
+    ),
+    Spec("reset.request.<path>", "value", NONE, "a field of the reset request and its value (nested like the request)"),
+    Spec(
+        "reset.success_field",
+        "str",
+        "success",
+        "the response's field that says the reset worked (false or 0: failed, retried); used if the response has it",
+    ),
+    Spec("reset.message_field", "str", "message", "the response's field that says why (logged on a failure)"),
     Spec("reset.timeout_s", "float", 10.0, "a reset call taking longer fails", positive=True),
     Spec("reset.retry_initial_s", "float", 1.0, "first retry delay of a failed reset (doubling)", positive=True),
     Spec("reset.retry_max_s", "float", 30.0, "longest retry delay of a failed reset", positive=True),

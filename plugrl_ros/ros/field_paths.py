@@ -60,7 +60,8 @@ def interface_class(type_name: str, kind: str, key: str) -> type:
     """
     parts = type_name.split("/")
     if len(parts) == 3 and parts[1] in INTERFACE_KINDS:
-        kind = parts[1]
+        if parts[1] != kind:
+            raise ConfigError(key, type_name, f"allowed: a {kind} type, written pkg/Type or pkg/{kind}/Type")
         parts = [parts[0], parts[2]]
     if len(parts) != 2 or not all(parts):
         raise ConfigError(key, type_name, f"an interface type written pkg/Type or pkg/{kind}/Type")
@@ -496,3 +497,28 @@ def _scalar_default(slot: Any, value: Any, key: str, shown: str) -> Any:
             return value
         raise ConfigError(key, value, f"the field is a {shown}: give a string")
     raise ConfigError(key, value, f"the field is a {shown}: give its fields as a map, or leave it out")
+
+
+def string_reader(cls: type, path: str, key: str) -> Callable[[Any], str]:
+    """A reader of the string field at dotted ``path`` in ``cls`` (a service response's message); ConfigError
+    naming ``key`` if there is none."""
+    target: Any = cls
+    parts = path.split(".")
+    for i, name in enumerate(parts):
+        fields = fields_of(target)
+        if name not in fields:
+            raise ConfigError(
+                key,
+                path,
+                f"{type_label(target)} has no field '{name}'; its fields: "
+                f"{', '.join(target.get_fields_and_field_types())}",
+            )
+        slot = fields[name]
+        if i < len(parts) - 1:
+            if not isinstance(slot, NamespacedType):
+                raise ConfigError(key, path, f"'{name}' is not a message; it has no field '{parts[i + 1]}'")
+            target = _class_of(slot)
+        elif not isinstance(slot, AbstractGenericString):
+            raise ConfigError(key, path, f"'{name}' is a {target.get_fields_and_field_types()[name]}, not a string")
+    get = operator.attrgetter(path)
+    return lambda msg: str(get(msg))
