@@ -37,6 +37,7 @@ GYM = "mirror: test_gym_robot.py::test_the_documented_commands_train_on_a_gymnas
 DIAGNOSTICS = BRIDGE + "test_diagnostics_report_the_link_the_achieved_control_rate_and_each_envs_episodes"
 
 # command prefix -> how it is exercised: "run: <test here>", "mirror: <test file>::<test>", or why not here
+WALK_THROUGH_TOOL = "not here: ros2cli is not on PyPI; a standard ROS 2 tool the robot-mapping walk-through uses"
 EXERCISED = {
     "scripts/demo.sh": DEMO,
     "scripts/test.sh": "run: test_ci_runs_exactly_the_readme_test_command",
@@ -60,6 +61,11 @@ EXERCISED = {
     "ros2 topic echo /diagnostics": DIAGNOSTICS,
     "ros2 param": "mirror: test_command_line.py::test_every_key_read_is_declared_read_only_with_its_descriptor",
     "ros2 topic info -v": "not here: ros2cli is not on PyPI; a standard ROS 2 tool the troubleshooting table points to",
+    "ros2 topic list -t": WALK_THROUGH_TOOL,
+    "ros2 action list -t": WALK_THROUGH_TOOL,
+    "ros2 service list -t": WALK_THROUGH_TOOL,
+    "ros2 interface show": WALK_THROUGH_TOOL,
+    "plugrl-bridge --check-config": "test_check_config.py",
     "source scripts/env.sh": PIP_BRIDGE,
     "plugrl-bridge --ros-args --params-file": PIP_BRIDGE,
     # the demo's deploy step builds this command (learned_policy.py) and the bridge's deploy overrides
