@@ -123,6 +123,24 @@ class GoalServer:
         with self.lock:
             return list(self.orders)
 
+    def close(self) -> None:
+        # rclpy's destroy_node leaves an action server alive: a later test's bridge would find this one
+        self._server.destroy()
+
+
+@pytest.fixture
+def goal_server(robot):
+    """``goal_server(**options)`` makes the robot's action server; each is destroyed after the test."""
+    made: list[GoalServer] = []
+
+    def make(**options) -> GoalServer:
+        made.append(GoalServer(robot, **options))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.close()
+
 
 def tactile(n: int, sequence_length: int = 4) -> UnboundedSequences:
     """The robot's sensor after ``n`` commands: each selected value tells which field and which n it is."""
@@ -230,9 +248,11 @@ def check_commands(commands: list[Nested]) -> None:
 
 
 @pytest.mark.parametrize("mode", ["lockstep", "timer"])
-def test_a_message_type_without_converter_code_is_observed_and_commanded_by_its_field_paths(tmp_path, robot, mode):
+def test_a_message_type_without_converter_code_is_observed_and_commanded_by_its_field_paths(
+    tmp_path, robot, goal_server, mode
+):
     device = CountingRobot(robot)
-    gripper = GoalServer(robot)
+    gripper = goal_server()
     params = {
         "control": {"mode": mode},
         "observations": {"states": {"tactile": TACTILE, "scan": SCAN}},
@@ -257,6 +277,7 @@ def test_a_sequence_shorter_than_its_path_idles_the_env_with_a_warning_until_one
     device.sequence_length = 2  # float64_values[1:3] needs 3
     diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
     params = {"observations": {"states": {"tactile": TACTILE}}, "actions": {"tool": TOOL}}
+    params["control"] = {"action_dim": 3}  # the trainer's third value is for a gripper this robot lacks
     with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 3}, numbered_chunks()) as trainer:
         with bridge(tmp_path, bridge_params(trainer.uri, **params)) as child:
             first_diag(
@@ -281,9 +302,9 @@ def test_a_sequence_shorter_than_its_path_idles_the_env_with_a_warning_until_one
 ACTUATORS = {"tool": {**TOOL, "slice": [0, 2]}}
 
 
-def test_a_rejected_or_an_aborted_goal_truncates_the_episode_with_a_warning(tmp_path, robot):
+def test_a_rejected_or_an_aborted_goal_truncates_the_episode_with_a_warning(tmp_path, robot, goal_server):
     CountingRobot(robot)
-    gripper = GoalServer(robot, abort=5, reject=9)
+    gripper = goal_server(abort=5, reject=9)
     params = {"observations": {"states": {"tactile": TACTILE}}, "actions": {**ACTUATORS, "grip": GRIP}}
     warned = ("actions.grip: the goal was aborted by /grip", "actions.grip: the goal was rejected by /grip")
     with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 3}, numbered_chunks()) as trainer:
@@ -304,9 +325,9 @@ def test_a_rejected_or_an_aborted_goal_truncates_the_episode_with_a_warning(tmp_
 
 
 @pytest.mark.parametrize("rule", ["skip", "replace"])
-def test_a_step_while_a_goal_runs_is_skipped_or_replaces_the_running_goal(tmp_path, robot, rule):
+def test_a_step_while_a_goal_runs_is_skipped_or_replaces_the_running_goal(tmp_path, robot, goal_server, rule):
     CountingRobot(robot)
-    gripper = GoalServer(robot, run_s=0.15)  # several control ticks (50 Hz) per goal
+    gripper = goal_server(run_s=0.15)  # several control ticks (50 Hz) per goal
     grip = {**GRIP, "running_goal": rule}
     params = {"observations": {"states": {"tactile": TACTILE}}, "actions": {**ACTUATORS, "grip": grip}}
     with ScriptedTrainer({"action_horizon": HORIZON, "action_dim": 3}, numbered_chunks()) as trainer:
@@ -329,7 +350,9 @@ def test_a_step_while_a_goal_runs_is_skipped_or_replaces_the_running_goal(tmp_pa
         assert all(order < orders[-1] for order in cancelled), "the newest goal was cancelled"
 
 
-def test_without_its_action_server_the_env_is_held_idle_and_starts_when_the_server_appears(tmp_path, robot):
+def test_without_its_action_server_the_env_is_held_idle_and_starts_when_the_server_appears(
+    tmp_path, robot, goal_server
+):
     CountingRobot(robot)
     diagnostics = robot.listen(DiagnosticArray, "/diagnostics")
     params = {"observations": {"states": {"tactile": TACTILE}}, "actions": {**ACTUATORS, "grip": GRIP}}
@@ -342,7 +365,7 @@ def test_without_its_action_server_the_env_is_held_idle_and_starts_when_the_serv
                 "the env held for its action server",
             )
             assert not trainer.messages("infer"), "a chunk started without the action server"
-            gripper = GoalServer(robot)
+            gripper = goal_server()
             wait_until(lambda: len(gripper.received()) >= HORIZON, 30, "goals once the server is there")
     check_goals(gripper.received())
 

@@ -71,8 +71,10 @@ class GoalActuator:
         self._gate = gate
         self._clock_s = clock_s
         self._on_failure = on_failure
-        self._running: Any = None  # the newest accepted goal's handle, until its result
-        self._requested = 0  # goals sent, by number: an answer about an older goal is not the newest's
+        self._unanswered: set[int] = set()  # goals sent, by number, not yet accepted or rejected
+        self._live: dict[int, Any] = {}  # accepted goals' handles, by number, until their result
+        self._replaced: set[int] = set()  # goals cancelled for a newer one: their outcome is no failure
+        self._requested = 0  # goals sent so far: the newest goal's number
         self.goals_sent = 0
         self.goals_failed = 0
 
@@ -86,15 +88,22 @@ class GoalActuator:
 
     def publish(self, goal: Any) -> bool:
         """Send ``goal`` if the server is there and the gate admits it; False if nothing was sent."""
-        now = self._clock_s()
-        running = self._running is not None
-        if not self._client.server_is_ready() or not self._gate.admits(now, running):
+        if not self._client.server_is_ready():
+            # a server that went away answers none of its goals: nothing runs any more
+            self._unanswered.clear()
+            self._live.clear()
+            self._replaced.clear()
             return False
-        if running and self._gate.running_goal == "replace":
-            self._running.cancel_goal_async()  # the robot follows the newest command
-        self._running = None
+        now = self._clock_s()
+        running = bool(self._unanswered or self._live)
+        if not self._gate.admits(now, running):
+            return False
+        if self._gate.running_goal == "replace":
+            for older in list(self._live):
+                self._replace(older)  # the robot follows the newest command
         self._requested += 1
         number = self._requested
+        self._unanswered.add(number)
         future = self._client.send_goal_async(goal)
         future.add_done_callback(lambda done: self._answered(number, done))
         self._gate.sent(now)
@@ -102,17 +111,26 @@ class GoalActuator:
         return True
 
     def _answered(self, number: int, future: Any) -> None:
+        self._unanswered.discard(number)
         handle = future.result()
         if handle is None or not handle.accepted:
             self._failed(f"the goal was rejected by {self.topic_name}")
             return
-        if number == self._requested:
-            self._running = handle
-        handle.get_result_async().add_done_callback(lambda done: self._finished(handle, done))
+        self._live[number] = handle
+        handle.get_result_async().add_done_callback(lambda done: self._finished(number, done))
+        if number != self._requested and self._gate.running_goal == "replace":
+            self._replace(number)  # accepted after a newer goal went out: already replaced
 
-    def _finished(self, handle: Any, future: Any) -> None:
-        if self._running is handle:
-            self._running = None
+    def _replace(self, number: int) -> None:
+        """Cancel a running goal a newer one replaces (once: it leaves the running goals)."""
+        self._live.pop(number).cancel_goal_async()
+        self._replaced.add(number)
+
+    def _finished(self, number: int, future: Any) -> None:
+        self._live.pop(number, None)
+        if number in self._replaced:
+            self._replaced.discard(number)
+            return  # cancelled, or ended otherwise after it was replaced: the newer goal is what counts
         result = future.result()
         status = GoalStatus.STATUS_UNKNOWN if result is None else result.status
         if status == GoalStatus.STATUS_ABORTED:
