@@ -6,6 +6,9 @@ import pytest
 
 from plugrl_ros.robot.goal_actuator import GoalGate
 
+# ros: the actuator module imports rclpy.action (the gate itself is pure)
+pytestmark = [pytest.mark.ros]
+
 
 def sent_at(gate: GoalGate, times: list[float], running: bool = False) -> list[float]:
     out = []
