@@ -33,6 +33,11 @@ def test_the_codec_benchmark_prints_its_table():
     assert "| n | payload MB |" in out
 
 
+def test_the_field_path_benchmark_prints_its_table_of_generic_against_typed():
+    out = run("bench_field_paths.py", "--quick")
+    assert "| converter | type | typed µs | generic µs | generic ÷ typed |" in out
+
+
 @pytest.mark.parametrize(
     ("name", "header"),
     [

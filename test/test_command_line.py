@@ -320,4 +320,4 @@ def test_bridge_refuses_an_option_of_its_own_and_points_at_help():
         [installed("plugrl-bridge"), "--rate", "50"], check=False, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2
-    assert "takes no options of its own (got --rate 50)" in done.stderr and "--help" in done.stderr
+    assert "takes no options of its own but --check-config (got --rate 50)" in done.stderr and "--help" in done.stderr

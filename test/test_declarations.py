@@ -97,6 +97,8 @@ def test_bridge_yaml_gives_every_key_with_its_declared_type_and_says_where_it_di
             assert re.search(rf"(?m)^ *# +{leaf}:", text), f"bridge.yaml lacks {spec.key}"
     for spec in SPECS:  # each key of a named section is shown, if only in a comment
         leaf = spec.key.rsplit(".", 1)[-1]
+        if leaf == "<path>":  # a map nested like a message type: its own key is shown
+            leaf = spec.key.split(".")[-2]
         assert re.search(rf"(?m)^[ #]*{leaf}:|[{{,] {leaf}:", text), f"bridge.yaml never shows {spec.key}"
 
 

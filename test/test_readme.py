@@ -36,6 +36,8 @@ DEPENDENCIES = "mirror: test_packaging.py::test_every_third_party_import_is_decl
 GYM = "mirror: test_gym_robot.py::test_the_documented_commands_train_on_a_gymnasium_env_through_ros"
 DIAGNOSTICS = BRIDGE + "test_diagnostics_report_the_link_the_achieved_control_rate_and_each_envs_episodes"
 
+WALK_THROUGH_TOOL = "not here: ros2cli is not on PyPI; a standard ROS 2 tool the robot-mapping walk-through uses"
+
 # command prefix -> how it is exercised: "run: <test here>", "mirror: <test file>::<test>", or why not here
 EXERCISED = {
     "scripts/demo.sh": DEMO,
@@ -60,6 +62,12 @@ EXERCISED = {
     "ros2 topic echo /diagnostics": DIAGNOSTICS,
     "ros2 param": "mirror: test_command_line.py::test_every_key_read_is_declared_read_only_with_its_descriptor",
     "ros2 topic info -v": "not here: ros2cli is not on PyPI; a standard ROS 2 tool the troubleshooting table points to",
+    "ros2 topic list -t": WALK_THROUGH_TOOL,
+    "ros2 action list -t": WALK_THROUGH_TOOL,
+    "ros2 service list -t": WALK_THROUGH_TOOL,
+    "ros2 interface show": WALK_THROUGH_TOOL,
+    "plugrl-bridge --check-config": "mirror: test_check_config.py::"
+    "test_a_config_that_resolves_prints_each_envs_observation_and_action_layout_and_exits_0",
     "source scripts/env.sh": PIP_BRIDGE,
     "plugrl-bridge --ros-args --params-file": PIP_BRIDGE,
     # the demo's deploy step builds this command (learned_policy.py) and the bridge's deploy overrides

@@ -190,3 +190,32 @@ def test_the_discount_per_chunk_is_the_step_discount_to_the_power_h():
     assert chunk_gamma(0.99, 5) == pytest.approx(0.99**5)
     with pytest.raises(ValueError):
         chunk_gamma(1.5, 2)
+
+
+def test_a_laser_scan_is_as_wide_as_its_beams_and_a_field_path_type_as_state_dims_says(tmp_path):
+    path = params(
+        tmp_path,
+        {
+            "states": {
+                "scan": {"topic": "scan", "type": "sensor_msgs/LaserScan", "beams": 60},
+                "lit": {"topic": "s2", "type": "sensor_msgs/msg/LaserScan", "beams": 8, "intensities": True},
+                "battery": {"topic": "b", "type": "sensor_msgs/msg/BatteryState", "fields": ["voltage"]},
+            }
+        },
+        ARM,
+    )
+    states = robot_spaces(path, state_dims={"battery": 1}).observation_space["states"]
+    assert (states["scan"].shape, states["lit"].shape, states["battery"].shape) == ((60,), (16,), (1,))
+    # a type read by field paths: its width is the type's, which the trainer side does not import
+    with pytest.raises(ConfigError, match=r"observations\.states\.battery.*state_dims=\{'battery': N\}"):
+        robot_spaces(path)
+
+
+def test_an_action_server_or_field_path_actuator_takes_its_width_from_its_slice(tmp_path):
+    grip = {"topic": "g", "type": "control_msgs/action/GripperCommand", "fields": ["command.position"]}
+    state = {"states": {"s": {"topic": "s", "type": "std_msgs/Float64"}}}
+    path = params(tmp_path, state, {"grip": {**grip, "slice": [0, 1], "min": 0.0, "max": 0.08}})
+    step = robot_spaces(path).step_action_space
+    assert step.shape == (1,) and step.low.tolist() == [0.0] and step.high.tolist() == [pytest.approx(0.08)]
+    with pytest.raises(ConfigError, match=r"actions\.grip\.slice: .*give the actuator's slice"):
+        robot_spaces(params(tmp_path, state, {"grip": grip}))

@@ -44,11 +44,17 @@ def shaper(width: int | None, **values) -> ActionShaper:
 # --- registry ------------------------------------------------------------------------
 
 
-def test_unknown_sink_type_is_a_config_error_on_the_type_key():
+def test_a_type_without_a_typed_sink_needs_field_paths_and_the_error_names_the_choices():
     with pytest.raises(ConfigError) as e:
         make_sink("std_msgs/Bool", section(), 0.02)
+    assert e.value.key == f"{PREFIX}.fields"
+    assert "trajectory_msgs/JointTrajectory" in str(e.value) and "data (boolean)" in str(e.value)
+
+
+def test_a_sink_type_that_is_not_installed_is_a_config_error_on_the_type_key():
+    with pytest.raises(ConfigError) as e:
+        make_sink("no_such_msgs/Bool", section(), 0.02)
     assert e.value.key == f"{PREFIX}.type"
-    assert "trajectory_msgs/JointTrajectory" in str(e.value)
 
 
 def test_every_sink_publishes_the_message_class_of_its_registered_name():

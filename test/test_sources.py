@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
 from nav_msgs.msg import Odometry
-from sensor_msgs.msg import Imu, JointState
+from sensor_msgs.msg import Imu, JointState, LaserScan
 from std_msgs.msg import Float32, Float32MultiArray, Float64, Float64MultiArray, String
 
 from plugrl_ros.params.section import ConfigError, Section
+from plugrl_ros.ros.conversion import ShortMessage
 from plugrl_ros.ros.sources import (
     STATE_SOURCES,
     ConversionError,
@@ -46,11 +49,17 @@ def joint_state(names, position=(), velocity=(), effort=()) -> JointState:
 # --- registry ---------------------------------------------------------------
 
 
-def test_unknown_type_is_a_config_error_naming_the_type_key_and_the_choices():
+def test_a_type_without_a_typed_source_needs_field_paths_and_the_error_names_the_choices_and_its_fields():
     with pytest.raises(ConfigError) as e:
         make_state_source("sensor_msgs/Joy", section())
+    assert e.value.key == f"{PREFIX}.fields"
+    assert "sensor_msgs/JointState" in str(e.value) and "axes (sequence<float>)" in str(e.value)
+
+
+def test_a_type_that_is_not_installed_is_a_config_error_naming_the_type_key():
+    with pytest.raises(ConfigError) as e:
+        make_state_source("no_such_msgs/Joy", section())
     assert e.value.key == f"{PREFIX}.type"
-    assert "sensor_msgs/JointState" in str(e.value)
 
 
 def test_type_name_with_msg_infix_is_accepted():
@@ -279,3 +288,54 @@ def test_text_source_returns_the_string():
     src = TextSource()
     assert src.msg_type is String
     assert src.convert(String(data="pick up the red block")) == "pick up the red block"
+
+
+# --- sensor_msgs/LaserScan ----------------------------------------------------
+
+
+def scan(ranges, intensities=(), range_min=0.1, range_max=10.0) -> LaserScan:
+    return LaserScan(
+        range_min=range_min,
+        range_max=range_max,
+        ranges=[float(r) for r in ranges],
+        intensities=[float(i) for i in intensities],
+    )
+
+
+# 10 readings: too near (0.05), no return (inf), NaN, and too far (12) are invalid
+SCAN = [5.0, 0.05, 3.0, math.inf, math.nan, 2.0, 12.0, 1.5, 4.0, 7.0]
+
+
+def test_a_scan_is_resampled_to_the_nearest_valid_return_of_each_sector():
+    src = source("sensor_msgs/LaserScan", beams=3)
+    assert src.width == 3
+    # sectors [0, 3), [3, 6), [6, 10); invalid readings count as range_max (10), never as a near obstacle
+    np.testing.assert_array_equal(src.convert(scan(SCAN)), [3.0, 2.0, 1.5])
+
+
+def test_a_scan_taken_every_kth_reading_maps_invalid_readings_to_range_max():
+    src = source("sensor_msgs/LaserScan", beams=5, reduce="step")
+    np.testing.assert_array_equal(src.convert(scan(SCAN)), [5.0, 3.0, 10.0, 10.0, 4.0])
+
+
+def test_invalid_readings_take_the_configured_value_and_intensities_follow_the_chosen_readings():
+    src = source("sensor_msgs/LaserScan", beams=10, invalid_value=-1.0)
+    np.testing.assert_array_equal(src.convert(scan(SCAN)), [5.0, -1.0, 3.0, -1.0, -1.0, 2.0, -1.0, 1.5, 4.0, 7.0])
+    src = source("sensor_msgs/LaserScan", beams=2, intensities=True)
+    got = src.convert(scan(SCAN, intensities=range(100, 110)))
+    # ranges of [0, 5) and [5, 10): 3.0 at reading 2, 1.5 at reading 7; then their intensities
+    np.testing.assert_array_equal(got, [3.0, 1.5, 102.0, 107.0])
+
+
+def test_a_scan_with_fewer_readings_than_beams_or_without_intensities_does_not_convert():
+    with pytest.raises(ShortMessage, match="the LaserScan has 10 ranges, fewer than the 11 beams"):
+        source("sensor_msgs/LaserScan", beams=11).convert(scan(SCAN))
+    with pytest.raises(ConversionError, match="0 intensities for 10 ranges"):
+        source("sensor_msgs/LaserScan", beams=2, intensities=True).convert(scan(SCAN))
+
+
+def test_a_scan_needs_its_beams_and_a_known_reduction():
+    with pytest.raises(ConfigError, match=r"observations\.states\.joints\.beams: got \(missing\)"):
+        source("sensor_msgs/LaserScan")
+    with pytest.raises(ConfigError, match=r"\.reduce: got 'mean'; allowed: min, step"):
+        source("sensor_msgs/LaserScan", beams=4, reduce="mean")

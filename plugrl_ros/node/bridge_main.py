@@ -13,6 +13,7 @@ from plugrl_ros.executables import start
 from plugrl_ros.ros_args import without_ros_args
 
 EXIT_USAGE = 2
+CHECK_CONFIG = "--check-config"
 
 
 def usage() -> str:
@@ -26,6 +27,7 @@ def usage() -> str:
         reference, examples = "config/bridge.yaml of the plugrl_ros sources", "config/"
     return f"""\
 usage: plugrl-bridge --ros-args --params-file PARAMS.yaml [-p KEY:=VALUE ...] [-r __ns:=/NAMESPACE]
+       plugrl-bridge --check-config PARAMS.yaml [MORE.yaml ...]
        ros2 run plugrl_ros bridge --ros-args --params-file PARAMS.yaml [-p KEY:=VALUE ...]
        ros2 launch plugrl_ros bridge.launch.py config:=PARAMS.yaml [server_uri:=ws://HOST:8000] [mode:=train|deploy]
 
@@ -33,6 +35,11 @@ The plugrl_ros bridge node: robots on ROS 2 topics become the envs of a PlugRL t
 (mode train), or are driven by an openpi-compatible policy server (mode deploy); every
 transition can be recorded to MCAP. It takes no options of its own: everything is a ROS
 parameter, read from a params file and -p overrides.
+
+--check-config reads the params files as --params-file would (a later file's value wins),
+resolves every message type and field path against the installed interfaces, and prints
+each env's observation and action layout, without starting the bridge (exit status 0; 2 with
+the reason when something does not resolve).
 
   every key, commented, with its default:  {reference}
   example params files:                     {examples}/*.yaml
@@ -51,10 +58,14 @@ def main(args: list[str] | None = None) -> int:
     if any(arg in ("-h", "--help") for arg in own):
         print(usage(), end="")
         return 0
+    if own and own[0] == CHECK_CONFIG:
+        from plugrl_ros.node.check_config import main as check_config
+
+        return check_config(own[1:])
     if own:
         print(
-            f"plugrl-bridge: takes no options of its own (got {' '.join(own)}); its settings are ROS parameters: "
-            "--ros-args --params-file PARAMS.yaml (see --help)",
+            f"plugrl-bridge: takes no options of its own but {CHECK_CONFIG} (got {' '.join(own)}); its settings "
+            "are ROS parameters: --ros-args --params-file PARAMS.yaml (see --help)",
             file=sys.stderr,
         )
         return EXIT_USAGE

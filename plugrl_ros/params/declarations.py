@@ -43,7 +43,8 @@ REQUIRED: Any = _NoValue("required")
 NONE: Any = _NoValue("none")  # optional: left out, the feature is off
 PER_TYPE: Any = _NoValue("per type")  # the message type's class supplies it (or requires it)
 
-KINDS = ("bool", "int", "float", "str", "int list", "str list", "float or float list")
+# "value": any scalar or list, its type checked against a message field (an actuator's defaults)
+KINDS = ("bool", "int", "float", "str", "int list", "str list", "float or float list", "value")
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,27 @@ def _state(prefix: str) -> list[Spec]:
         Spec(f"{prefix}.joints", "str list", PER_TYPE, "JointState: joints, selected and ordered by name"),
         Spec(f"{prefix}.fields", "str list", PER_TYPE, "JointState: position/velocity/effort; others: field paths"),
         Spec(f"{prefix}.slice", "int list", NONE, "[start, stop) of a multi-array"),
+        Spec(
+            f"{prefix}.beams",
+            "int",
+            PER_TYPE,
+            "LaserScan (required): the ranges resampled to this many beams",
+            positive=True,
+        ),
+        Spec(
+            f"{prefix}.reduce",
+            "str",
+            "min",
+            "LaserScan: each beam is the nearest return of its sector (min) or its first reading (step)",
+            choices=("min", "step"),
+        ),
+        Spec(
+            f"{prefix}.invalid_value",
+            "float",
+            NONE,
+            "LaserScan: what NaN, inf and out-of-range readings become (left out: the message's range_max)",
+        ),
+        Spec(f"{prefix}.intensities", "bool", False, "LaserScan: the beams' intensities follow their ranges"),
     ]
 
 
@@ -272,8 +294,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("observations.text.qos", "str", "reliable", "subscription QoS", choices=QOS_CHOICES),
     Spec("observations.text.max_age_s", "float", 0.0, "older than this is stale (0 = no limit)", minimum=0.0),
     Spec("observations.text.sync", "bool", False, "the topic publishes once per action step: a step waits for it"),
-    Spec("actions.<name>.topic", "str", REQUIRED, "topic to publish the commands on"),
-    Spec("actions.<name>.type", "str", REQUIRED, "message type, pkg/Type or pkg/msg/Type"),
+    Spec("actions.<name>.topic", "str", REQUIRED, "topic to publish the commands on (an action type: its server)"),
+    Spec(
+        "actions.<name>.type", "str", REQUIRED, "message type, pkg/Type or pkg/msg/Type; or an action, pkg/action/Type"
+    ),
     Spec("actions.<name>.qos", "str", "reliable", "publisher QoS", choices=QOS_CHOICES),
     Spec(
         "actions.<name>.slice",
@@ -285,7 +309,18 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "actions.<name>.field", "str", PER_TYPE, "JointState: position/velocity/effort; JointTrajectory: positions/..."
     ),
-    Spec("actions.<name>.fields", "str list", PER_TYPE, "Twist, TwistStamped: linear.x ... angular.z, one per value"),
+    Spec(
+        "actions.<name>.fields",
+        "str list",
+        PER_TYPE,
+        "Twist, TwistStamped: linear.x ... angular.z, one per value; other types: field paths the action fills",
+    ),
+    Spec(
+        "actions.<name>.defaults.<path>",
+        "value",
+        NONE,
+        "other types: a field the action does not fill, and its value (nested like the message)",
+    ),
     Spec("actions.<name>.frame_id", "str", "", "TwistStamped: the header's frame"),
     Spec("actions.<name>.scale", "float or float list", 1.0, "value * scale + offset (one number, or one per value)"),
     Spec("actions.<name>.offset", "float or float list", 0.0, "value * scale + offset (one number, or one per value)"),
@@ -293,6 +328,20 @@ SPECS: tuple[Spec, ...] = (
     Spec("actions.<name>.max", "float or float list", NONE, "clip limit (one number, or one per value)"),
     Spec("actions.<name>.max_delta", "float or float list", NONE, "largest change per step (one, or one per value)"),
     Spec("actions.<name>.idle", "str", "hold", "with no valid action", choices=("hold", "zero", "none")),
+    Spec(
+        "actions.<name>.running_goal",
+        "str",
+        "replace",
+        "an action: a step that comes while the last goal runs replaces it (cancelled), or is skipped",
+        choices=("replace", "skip"),
+    ),
+    Spec(
+        "actions.<name>.goal_period_s",
+        "float",
+        0.0,
+        "an action: at least this long between two goals; the steps in between send none (0 = every step)",
+        minimum=0.0,
+    ),
     Spec("reward.topic", "str", "", 'std_msgs/Float32 or Float64 reward ("" = every step earns 0)'),
     Spec("reward.type", "str", "std_msgs/Float32", "std_msgs/Float32 or std_msgs/Float64"),
     Spec("reward.mode", "str", "sum", "sum every message during a step, or the latest", choices=("sum", "latest")),
@@ -307,7 +356,17 @@ SPECS: tuple[Spec, ...] = (
     Spec("episode.sync", "bool", False, "terminated/truncated publish once per action step: a step waits"),
     Spec("reset.mode", "str", "none", "how an episode restarts", choices=("none", "service", "signal")),
     Spec("reset.service", "str", "reset", "the reset service, under each env's namespace"),
-    Spec("reset.service_type", "str", "std_srvs/Trigger", "std_srvs/Trigger or std_srvs/Empty"),
+    Spec(
+        "reset.service_type", "str", "std_srvs/Trigger", "any service type, pkg/srv/Type (std_srvs/Trigger, Empty, ...)"
+    ),
+    Spec("reset.request.<path>", "value", NONE, "a field of the reset request and its value (nested like the request)"),
+    Spec(
+        "reset.success_field",
+        "str",
+        "success",
+        "the response's field that says the reset worked (false or 0: failed, retried); used if the response has it",
+    ),
+    Spec("reset.message_field", "str", "message", "the response's field that says why (logged on a failure)"),
     Spec("reset.timeout_s", "float", 10.0, "a reset call taking longer fails", positive=True),
     Spec("reset.retry_initial_s", "float", 1.0, "first retry delay of a failed reset (doubling)", positive=True),
     Spec("reset.retry_max_s", "float", 30.0, "longest retry delay of a failed reset", positive=True),
@@ -349,8 +408,14 @@ SPECS: tuple[Spec, ...] = (
 
 
 def _pattern(key: str) -> re.Pattern[str]:
-    """A regex for a declared key: ``<name>`` and ``<part>`` match any one name."""
-    return re.compile(r"\.".join("[^.]+" if part.startswith("<") else re.escape(part) for part in key.split(".")))
+    """A regex for a declared key: ``<name>`` and ``<part>`` match any one name, ``<path>`` one or more."""
+
+    def part_pattern(part: str) -> str:
+        if part == "<path>":
+            return r"[^.]+(?:\.[^.]+)*"
+        return "[^.]+" if part.startswith("<") else re.escape(part)
+
+    return re.compile(r"\.".join(part_pattern(part) for part in key.split(".")))
 
 
 _PATTERNS = [(_pattern(spec.key), spec) for spec in SPECS]
@@ -386,6 +451,8 @@ def descriptor(spec: Spec, key: str, value: Any) -> Any:
 
     if spec.kind == "float or float list":
         kind = "float list" if isinstance(value, list) else "float"
+    elif spec.kind == "value":
+        kind = _value_kind(value)
     else:
         kind = spec.kind
     types = {
@@ -396,6 +463,7 @@ def descriptor(spec: Spec, key: str, value: Any) -> Any:
         "int list": ParameterType.PARAMETER_INTEGER_ARRAY,
         "float list": ParameterType.PARAMETER_DOUBLE_ARRAY,
         "str list": ParameterType.PARAMETER_STRING_ARRAY,
+        "bool list": ParameterType.PARAMETER_BOOL_ARRAY,
     }
     meaning = spec.description
     if spec.default is REQUIRED or spec.default is PER_TYPE:
@@ -418,6 +486,16 @@ def descriptor(spec: Spec, key: str, value: Any) -> Any:
                 FloatingPointRange(from_value=float(low if low is not None else -math.inf), to_value=float(high))
             ]
     return result
+
+
+def _value_kind(value: Any) -> str:
+    """The declared type of a "value" key: what the params file gave (a list: its first element's type)."""
+    first = value[0] if isinstance(value, list) and value else value
+    names = {bool: "bool", int: "int", float: "float", str: "str"}
+    kind = names.get(type(first), "str")
+    if isinstance(value, list):
+        return {"bool": "bool list", "int": "int list", "float": "float list", "str": "str list"}[kind]
+    return kind
 
 
 def declare(node: Any, values: Mapping[str, Any]) -> None:

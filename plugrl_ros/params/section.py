@@ -160,6 +160,26 @@ class Section:
             raise ConfigError(self.key(name), value, f"expected {length} integers")
         return items
 
+    def tree(self, name: str) -> dict[str, Any]:
+        """A nested map of values a message type checks (an actuator's ``defaults``), each leaf recorded as read.
+
+        Its keys are field names, not parameters of the bridge's own: the caller checks them against the type.
+        """
+        section = self.section(name)
+        values = section.values()
+        self._record_leaves(values, section.prefix)
+        return values
+
+    def _record_leaves(self, values: Mapping[str, Any], prefix: str) -> None:
+        for name, value in values.items():
+            key = f"{prefix}.{name}"
+            if isinstance(value, Mapping):
+                self._record_leaves(value, key)
+                continue
+            spec = spec_for(key)
+            assert spec is not None and spec.kind == "value", f"{key} is read as a field value but not declared so"
+            self.used[key] = value
+
     def finish(self) -> None:
         """Reject keys nobody read: a misspelt key must not be silently ignored."""
         self.check_known(self._read)

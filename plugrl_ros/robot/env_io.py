@@ -14,6 +14,7 @@ for messages newer than that moment.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -27,11 +28,13 @@ from std_msgs.msg import Bool, Float32, Float64
 
 from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.messages import ObservationRow
+from plugrl_ros.robot.goal_actuator import GoalActuator, GoalGate
 from plugrl_ros.robot.reset import ResetProcedure
 from plugrl_ros.robot.silence import SilenceWatch
 from plugrl_ros.ros.config import BridgeConfig, TopicConfig, env_topic
+from plugrl_ros.ros.conversion import ConversionError, ShortMessage
 from plugrl_ros.ros.qos import qos_profile, subscription_event_callbacks
-from plugrl_ros.ros.sources import ConversionError
+from plugrl_ros.ros.sinks import GoalSink
 
 # An actuator without a subscriber for this long is reported (DDS matches a new pair in well under that).
 _UNHEARD_WARNING_S = 3.0
@@ -205,9 +208,21 @@ class EnvIO:
         self._wait_for_subscribers = config.control.wait_for_subscribers
         self._unheard_since_s: float | None = None
         self._unheard_warned_s = -math.inf
+        self.goal_failures = 0
         for action in config.actions:
             topic = env_topic(namespace, action.topic)
-            publisher = node.create_publisher(action.sink.msg_type, topic, qos_profile(action.qos, 10))
+            if isinstance(action.sink, GoalSink):
+                publisher: Any = GoalActuator(
+                    node,
+                    action.sink.action_type,
+                    topic,
+                    GoalGate(action.sink.running_goal, action.sink.goal_period_s, action.sink.period_s),
+                    callback_group,
+                    clock_s,
+                    functools.partial(self._goal_failed, action.key),
+                )
+            else:
+                publisher = node.create_publisher(action.sink.msg_type, topic, qos_profile(action.qos, 10))
             self._actuators.append((action, publisher, action.make_shaper()))
 
         self.reset = ResetProcedure(
@@ -219,6 +234,14 @@ class EnvIO:
             self.unmatched_sources,
             on_answer=lambda: on_input(index),  # the mode hears of it as of any input of the env
         )
+
+    def _goal_failed(self, key: str, why: str) -> None:
+        """An action server rejected or aborted a goal: the robot did not do what the trainer was told it
+        did, so the episode is truncated (at the step this answer arrives in) and the operator warned."""
+        self.goal_failures += 1
+        self._flags["truncated"] = True
+        self._node.get_logger().warning(f"env {self.index}: {key}: {why}; the episode is truncated")
+        self._on_input(self.index)
 
     # -- subscriptions -----------------------------------------------------
 
@@ -312,7 +335,11 @@ class EnvIO:
         """
         if not self._wait_for_subscribers:
             return []
-        return [publisher.topic_name for _, publisher, _ in self._actuators if publisher.get_subscription_count() == 0]
+        return [
+            f"{publisher.topic_name} (action server)" if isinstance(publisher, GoalActuator) else publisher.topic_name
+            for _, publisher, _ in self._actuators
+            if publisher.get_subscription_count() == 0
+        ]
 
     def unheard_problem(self) -> str:
         """What /diagnostics says of an actuator without a subscriber; empty if every one has one."""
@@ -376,7 +403,15 @@ class EnvIO:
             row = self._row()
         except ConversionError as exc:
             self.conversion_problem = str(exc)
-            self._node.get_logger().error(f"env {self.index}: {exc}", throttle_duration_sec=10.0)
+            if isinstance(exc, ShortMessage):
+                # the robot's message is valid, only shorter than the configured width: the env waits for one
+                # that fits (a driver still starting up publishes empty arrays), warned at a throttle
+                self._node.get_logger().warning(
+                    f"env {self.index}: {exc}; the env idles until a message holds the configured width",
+                    throttle_duration_sec=10.0,
+                )
+            else:
+                self._node.get_logger().error(f"env {self.index}: {exc}", throttle_duration_sec=10.0)
             return None
         self._fresh_marks = None
         self.conversion_problem = ""
@@ -408,7 +443,7 @@ class EnvIO:
             try:
                 image = source.latest.converted(source.config.converter)
             except ConversionError as exc:
-                raise ConversionError(f"{source.config.key} ({source.topic}): {exc}") from None
+                raise type(exc)(f"{source.config.key} ({source.topic}): {exc}") from None
             self._shapes.check(f"images.{name}", image)
             images[name] = image
         states = {}
@@ -416,7 +451,7 @@ class EnvIO:
             try:
                 values = [p.latest.converted(p.config.converter) for p in parts]
             except ConversionError as exc:
-                raise ConversionError(f"observations.states.{name}: {exc}") from None
+                raise type(exc)(f"observations.states.{name}: {exc}") from None
             state = values[0] if len(values) == 1 else np.concatenate(values)
             self._shapes.check(f"states.{name}", state)
             states[name] = state
@@ -476,7 +511,9 @@ class EnvIO:
                 )
                 sent[config.key] = self._idle_one(config, publisher, shaper, stamp)
                 continue
-            publisher.publish(config.sink.build(values, stamp))
+            if publisher.publish(config.sink.build(values, stamp)) is False:
+                sent[config.key] = None  # an action server's gate held this step back (rate, running goal)
+                continue
             shaper.published(values)
             sent[config.key] = values
         self.mark_step()
@@ -522,8 +559,11 @@ class EnvIO:
 
     @staticmethod
     def _idle_one(config: Any, publisher: Any, shaper: Any, stamp: Any) -> np.ndarray | None:
+        if getattr(publisher, "holds_on_its_own", False) and shaper.idle == "hold":
+            return None  # an action server keeps its last goal: sending it again would restart it
         values = shaper.idle_values()
         if values is not None:
-            publisher.publish(config.sink.build(values, stamp))
+            if publisher.publish(config.sink.build(values, stamp)) is False:
+                return None
             shaper.published(values)
         return values

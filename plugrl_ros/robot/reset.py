@@ -28,7 +28,6 @@ from collections.abc import Callable
 
 from rclpy.node import Node
 from std_msgs.msg import Bool
-from std_srvs.srv import Empty, Trigger
 
 from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.ros.config import ResetConfig, env_topic
@@ -84,10 +83,10 @@ class ResetProcedure:
         self._client = None
         self.target = ""
         if config.mode == "service":
-            service_type = Trigger if config.service_type == "std_srvs/Trigger" else Empty
+            assert config.call is not None
+            self._call_config = config.call
             self.target = env_topic(namespace, config.service)
-            self._client = node.create_client(service_type, self.target, callback_group=callback_group)
-            self._request = service_type.Request()
+            self._client = node.create_client(config.call.srv_type, self.target, callback_group=callback_group)
         elif config.mode == "signal":
             self.target = env_topic(namespace, config.ready_topic)
             node.create_subscription(
@@ -144,8 +143,9 @@ class ResetProcedure:
                 self._fail(f"the reset service raised {exc!r}")
                 return False
             response = future.result()
-            if isinstance(response, Trigger.Response) and not response.success:
-                self._fail(f"the reset service answered success=false: {response.message!r}")
+            why = self._refused(response)
+            if why:
+                self._fail(why)
                 return False
             self.failures = 0
             self.state = ResetState.IDLE
@@ -156,6 +156,14 @@ class ResetProcedure:
                 self._future = None
             self._fail(f"no answer from {self.target} within {self._config.timeout_s:g} s")
         return False
+
+    def _refused(self, response: object) -> str:
+        """Why the response says the reset failed ("" if it worked): its success field, by path, is false."""
+        call = self._call_config
+        if call.success is None or call.success.read(response)[0] != 0:
+            return ""
+        said = f": {call.message(response)!r}" if call.message is not None else ""
+        return f"the reset service answered {call.success.text}=false{said}"
 
     def cancel(self) -> None:
         """Stop trying (shutdown)."""
@@ -212,7 +220,7 @@ class ResetProcedure:
     def _send(self) -> None:
         assert self._client is not None
         self.awaiting_publishers = []
-        self._future = self._client.call_async(self._request)
+        self._future = self._client.call_async(self._call_config.make_request())
         if self._on_answer is not None:
             on_answer = self._on_answer
             self._future.add_done_callback(lambda _: on_answer())

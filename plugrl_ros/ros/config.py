@@ -19,12 +19,12 @@ from plugrl_ros.params.policy import PolicyConfig, check_policy_environment, loa
 from plugrl_ros.params.section import MISSING, ConfigError, Section, nest
 from plugrl_ros.protocol.client import ClientSettings
 from plugrl_ros.record.settings import RecordSettings, parse_record_section
+from plugrl_ros.ros.field_paths import compile_path, interface_class, message_factory, string_reader
 from plugrl_ros.ros.images import make_image_source
 from plugrl_ros.ros.sinks import ActionShaper, make_sink
 from plugrl_ros.ros.sources import TextSource, make_state_source, short_type_name
 
 REWARD_TYPES = ("std_msgs/Float32", "std_msgs/Float64")
-RESET_SERVICE_TYPES = ("std_srvs/Trigger", "std_srvs/Empty")
 
 ROOT_KEYS = (
     "mode",
@@ -112,6 +112,16 @@ class EpisodeConfig:
 
 
 @dataclass(frozen=True)
+class ResetService:
+    """The reset service's type, how to make its request, and what its response says (by field path)."""
+
+    srv_type: type  # the generated service class
+    make_request: Callable[[], Any]  # a fresh request with the configured fields
+    success: Any  # a FieldPath to the response's success flag (true: non-zero), or None: any answer is success
+    message: Callable[[Any], str] | None  # the response's message, for the log on a failure
+
+
+@dataclass(frozen=True)
 class ResetConfig:
     mode: str
     service: str
@@ -121,6 +131,7 @@ class ResetConfig:
     retry_max_s: float
     ready_topic: str
     on_start: bool  # each trainer connection starts every env on a fresh episode
+    call: ResetService | None = None  # mode service: what to call
 
 
 @dataclass(frozen=True)
@@ -518,16 +529,41 @@ def _episode(section: Section) -> EpisodeConfig:
     return episode
 
 
+def _reset_service(section: Section) -> ResetService:
+    """Any service type: its request's fields from ``request`` (nested like the request), its response's
+    success flag and message by field path (``success`` and ``message`` where the response has them)."""
+    type_key = section.key("service_type")
+    srv_type = interface_class(section.str("service_type"), "srv", type_key)
+    if not hasattr(srv_type, "Request"):
+        raise ConfigError(type_key, section.str("service_type"), "a service type (pkg/srv/Type)")
+    make_request = message_factory(srv_type.Request, section.tree("request"), section.key("request"))
+    response_fields = srv_type.Response.get_fields_and_field_types()
+    success = None
+    success_path = section.str("success_field")
+    if success_path and (section.has("success_field") or success_path in response_fields):
+        success = compile_path(srv_type.Response, success_path, section.key("success_field"))
+        if success.width != 1:
+            raise ConfigError(section.key("success_field"), success_path, "one boolean (or number) field")
+    message = None
+    message_path = section.str("message_field")
+    if message_path and (section.has("message_field") or message_path in response_fields):
+        message = string_reader(srv_type.Response, message_path, section.key("message_field"))
+    return ResetService(srv_type, make_request, success, message)
+
+
 def _reset(section: Section) -> ResetConfig:
+    mode = section.str("mode")
+    call = _reset_service(section)  # checked in every mode: a params file may switch it on with -p
     reset = ResetConfig(
-        mode=section.str("mode"),
+        mode=mode,
         service=_topic(section, "service"),
-        service_type=_type_name(section, "service_type", RESET_SERVICE_TYPES, "srv"),
+        service_type=short_type_name(section.str("service_type"), "srv"),
         timeout_s=section.float("timeout_s"),
         retry_initial_s=section.float("retry_initial_s"),
         retry_max_s=section.float("retry_max_s"),
         ready_topic=_topic(section, "ready_topic"),
         on_start=section.bool("on_start"),
+        call=call,
     )
     section.finish()
     if reset.mode == "service" and not reset.service:

@@ -13,7 +13,14 @@ from std_msgs.msg import Float64, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from plugrl_ros.params.section import ConfigError, Section
-from plugrl_ros.ros.sources import ConversionError, read_joint_names, read_slice, registered
+from plugrl_ros.ros.field_paths import (
+    compile_path,
+    fields_of,
+    has_interface_kind,
+    interface_class,
+    message_factory,
+)
+from plugrl_ros.ros.sources import ConversionError, read_joint_names, read_slice, require_fields, short_type_name
 
 IDLE_CHOICES = ("hold", "zero", "none")
 
@@ -222,9 +229,70 @@ SINKS: dict[str, type] = {
 }
 
 
+class FieldsSink:
+    """Any message type: the action's values go where the ``fields`` paths say, in order; every other field
+    keeps its value from ``defaults`` (nested like the message), else the type's own default.
+
+    The typed sinks above are the fast paths of their types; this covers every other installed type by
+    its own introspection (plugrl_ros.ros.field_paths). A ``header`` (std_msgs/Header) gets the stamp.
+    """
+
+    def __init__(self, msg_type: type, section: Section, period_s: float) -> None:
+        del period_s
+        self.msg_type = msg_type
+        require_fields(msg_type, section, SINKS)
+        defaults = section.tree("defaults")
+        self._make = message_factory(msg_type, defaults, section.key("defaults"))
+        paths = section.str_list("fields", nonempty=True)
+        self._paths = [compile_path(msg_type, path, section.key("fields"), defaults) for path in paths]
+        self.fields = tuple(paths)
+        self.width: int | None = sum(p.width for p in self._paths)
+        header = fields_of(msg_type).get("header")
+        self._stamped = header is not None and getattr(header, "namespaces", None) == ["std_msgs", "msg"]
+
+    def build(self, values: np.ndarray, stamp: Time) -> Any:
+        msg = self._make()
+        if self._stamped:
+            msg.header.stamp = stamp
+        at = 0
+        for path in self._paths:
+            path.write(msg, values[at : at + path.width])
+            at += path.width
+        return msg
+
+    def read(self, msg: Any) -> np.ndarray:
+        return np.concatenate([path.read(msg) for path in self._paths])
+
+
+class GoalSink(FieldsSink):
+    """An action server's goal (``pkg/action/Type``): filled by field paths like :class:`FieldsSink`.
+
+    What makes it a goal is on the robot side (plugrl_ros.robot.goal_actuator): ``topic`` names the
+    action server, ``running_goal`` says what a step does while the previous goal still runs (replace it,
+    or skip the step), and ``goal_period_s`` is the least time between two goals (a gripper does not take
+    50 goals a second; the steps in between send nothing).
+    """
+
+    def __init__(self, action_type: type, section: Section, period_s: float) -> None:
+        super().__init__(action_type.Goal, section, period_s)
+        self.action_type = action_type
+        self.running_goal = section.str("running_goal")
+        self.goal_period_s = section.float("goal_period_s")
+        self.period_s = period_s  # the control period: steps come on its ticks
+
+
 def make_sink(type_name: str, section: Section, period_s: float) -> Sink:
-    """The sink for ``type_name``, configured from ``section``; ``period_s`` is the control period."""
-    return registered(SINKS, type_name, section)(section, period_s)
+    """The sink for ``type_name``, configured from ``section``; ``period_s`` is the control period.
+
+    A type with a typed sink (the registry) gets it; an action type (``pkg/action/Type``) becomes goals
+    (:class:`GoalSink`); any other installed message type is filled by field paths (:class:`FieldsSink`).
+    """
+    if has_interface_kind(type_name, "action"):
+        return GoalSink(interface_class(type_name, "action", section.key("type")), section, period_s)
+    cls = SINKS.get(short_type_name(type_name))
+    if cls is not None:
+        return cls(section, period_s)
+    return FieldsSink(interface_class(type_name, "msg", section.key("type")), section, period_s)
 
 
 def _optional_list(section: Section, name: str, width: int) -> np.ndarray | None:

@@ -10,19 +10,17 @@ import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
 from nav_msgs.msg import Odometry
 from rclpy.serialization import deserialize_message
-from sensor_msgs.msg import Imu, JointState
+from sensor_msgs.msg import Imu, JointState, LaserScan
 from std_msgs.msg import Float32, Float32MultiArray, Float64, Float64MultiArray, String
 
-from plugrl_ros.params.section import ConfigError, Section
+from plugrl_ros.params.section import MISSING, ConfigError, Section
 from plugrl_ros.ros.cdr import JointStateView, parse_joint_state
+from plugrl_ros.ros.conversion import ConversionError, ShortMessage
+from plugrl_ros.ros.field_paths import compile_path, describe_fields, interface_class, type_label
 
 # A robot whose driver reorders joints on every message would otherwise grow
 # the name->index cache without bound; a handful of orders is the real case.
 _MAX_CACHED_JOINT_ORDERS = 16
-
-
-class ConversionError(Exception):
-    """A message that does not fit the configuration (a missing joint, a too-short array, a bad image)."""
 
 
 class StateSource(Protocol):
@@ -336,6 +334,66 @@ class WrenchStampedSource(_FieldPathSource):
     DEFAULT_FIELDS = _xyz("wrench.force") + _xyz("wrench.torque")
 
 
+class LaserScanSource:
+    """sensor_msgs/LaserScan: the ranges resampled to ``beams`` values, optionally followed by the intensities.
+
+    ``reduce: min`` takes the nearest return in each of ``beams`` equal sectors (an obstacle anywhere in a
+    sector shows, the usual choice for obstacle avoidance); ``step`` takes the first reading of each
+    sector (every k-th). A reading that is NaN, infinite or outside [range_min, range_max] (no return, or
+    a return the sensor does not vouch for) becomes ``invalid_value`` (default: the message's
+    range_max, "nothing within range") before reducing, so a sector's minimum is its nearest real return.
+    """
+
+    msg_type = LaserScan
+    raw = False
+
+    def __init__(self, section: Section) -> None:
+        self.beams = section.int("beams")
+        self.reduce = section.str("reduce")
+        self.invalid_value = section.float("invalid_value") if section.has("invalid_value") else None
+        self.intensities = section.bool("intensities")
+        self.width = self.beams * (2 if self.intensities else 1)
+        # readings -> [beams, longest sector] indices of each sector's readings (a short sector repeats its last)
+        self._sectors: dict[int, np.ndarray] = {}
+
+    def _sector_indices(self, readings: int) -> np.ndarray:
+        sectors = self._sectors.get(readings)
+        if sectors is None:
+            edges = (np.arange(self.beams + 1) * readings) // self.beams
+            longest = int(np.max(np.diff(edges)))
+            offsets = np.minimum(np.arange(longest)[None, :], (np.diff(edges) - 1)[:, None])
+            sectors = edges[:-1, None] + offsets
+            if len(self._sectors) >= _MAX_CACHED_JOINT_ORDERS:  # a driver changing its resolution every scan
+                self._sectors.clear()
+            self._sectors[readings] = sectors
+        return sectors
+
+    def convert(self, msg: LaserScan) -> np.ndarray:
+        ranges = np.asarray(msg.ranges, dtype=np.float64)
+        if len(ranges) < self.beams:
+            raise ShortMessage(f"the LaserScan has {len(ranges)} ranges, fewer than the {self.beams} beams configured")
+        fill = float(msg.range_max) if self.invalid_value is None else self.invalid_value
+        with np.errstate(invalid="ignore"):  # NaN compares false: it is invalid, as intended
+            valid = (ranges >= msg.range_min) & (ranges <= msg.range_max)
+        ranges = np.where(valid, ranges, fill)
+        sectors = self._sector_indices(len(ranges))
+        if self.reduce == "min":
+            picks = sectors[np.arange(self.beams), np.argmin(ranges[sectors], axis=1)]
+        else:
+            picks = sectors[:, 0]
+        out = ranges[picks]
+        if not self.intensities:
+            return out
+        intensities = np.asarray(msg.intensities, dtype=np.float64)
+        if len(intensities) != len(msg.ranges):
+            raise ConversionError(
+                f"the LaserScan has {len(intensities)} intensities for {len(msg.ranges)} ranges;"
+                " set intensities: false if the driver does not publish them"
+            )
+        # each beam's intensity is that of the reading its range came from
+        return np.concatenate([out, intensities[picks]])
+
+
 STATE_SOURCES: dict[str, type] = {
     "sensor_msgs/JointState": JointStateSource,
     "std_msgs/Float64MultiArray": Float64MultiArraySource,
@@ -347,12 +405,60 @@ STATE_SOURCES: dict[str, type] = {
     "geometry_msgs/PoseStamped": PoseStampedSource,
     "geometry_msgs/TwistStamped": TwistStampedSource,
     "geometry_msgs/WrenchStamped": WrenchStampedSource,
+    "sensor_msgs/LaserScan": LaserScanSource,
 }
 
 
+def require_fields(msg_type: type, section: Section, typed: Mapping[str, type]) -> None:
+    """A type read or filled by field paths needs its ``fields``: say so, with the typed choices and its fields."""
+    if section.has("fields"):
+        return
+    raise ConfigError(
+        section.key("fields"),
+        MISSING,
+        f"{type_label(msg_type)} has no typed converter (those: {', '.join(sorted(typed))}): list the field "
+        f"paths to use, e.g. ['{next(iter(msg_type.get_fields_and_field_types()), 'data')}']; "
+        f"its fields: {describe_fields(msg_type)}",
+    )
+
+
+class FieldsSource:
+    """Any message type: the numbers its ``fields`` paths select, in order (plugrl_ros.ros.field_paths).
+
+    The typed sources above are the fast paths of their types; this covers every other installed type
+    by the type's own introspection. Plain dotted paths to numbers are read with one ``attrgetter`` (as
+    the typed field-path sources do); array slices and message sequences go through their readers.
+    """
+
+    raw = False
+
+    def __init__(self, msg_type: type, section: Section) -> None:
+        self.msg_type = msg_type
+        require_fields(msg_type, section, STATE_SOURCES)
+        paths = section.str_list("fields", nonempty=True)
+        compiled = [compile_path(msg_type, path, section.key("fields")) for path in paths]
+        self.fields = tuple(paths)
+        self.width = sum(p.width for p in compiled)
+        self._paths = compiled
+        self._get = operator.attrgetter(*paths) if all(p.scalar_attribute for p in compiled) else None
+
+    def convert(self, msg: Any) -> np.ndarray:
+        if self._get is not None:
+            values = self._get(msg)
+            return np.array(values if len(self._paths) > 1 else (values,), dtype=np.float64)
+        return np.concatenate([path.read(msg) for path in self._paths])
+
+
 def make_state_source(type_name: str, section: Section) -> StateSource:
-    """The state source for ``type_name``, configured from ``section`` (ConfigError for a bad type or key)."""
-    return registered(STATE_SOURCES, type_name, section)(section)
+    """The state source for ``type_name``, configured from ``section`` (ConfigError for a bad type or key).
+
+    A type with a typed source (the registry) gets it; any other installed message type is read by
+    field paths (:class:`FieldsSource`).
+    """
+    cls = STATE_SOURCES.get(short_type_name(type_name))
+    if cls is not None:
+        return cls(section)
+    return FieldsSource(interface_class(type_name, "msg", section.key("type")), section)
 
 
 class TextSource:

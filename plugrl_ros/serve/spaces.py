@@ -11,7 +11,8 @@ trainer's bound is ``(min - offset) / scale``. The RL step's action is the
 whole chunk (:mod:`plugrl_ros.serve.chunks`).
 
 Only what the file itself fixes is read; no ROS is needed. A width the file
-cannot tell (a ``Float64MultiArray`` state without ``slice``, an image without
+cannot tell (a ``Float64MultiArray`` state without ``slice``, a state of any other
+type read by field paths, an image without
 ``resize``, a ``Float64MultiArray`` actuator without ``slice``, which takes the
 whole action, as wide as the trainer sends it) must be given (``state_dims``,
 ``image_shapes``, ``action_dim``) and a missing one is an error naming the key.
@@ -220,9 +221,12 @@ def _state_width(section: Section) -> int | None:
         return 1
     if kind in _GEOMETRY_STATES and section.has("fields"):
         return len(section.str_list("fields", nonempty=True))
-    if kind in _MULTI_ARRAY_STATES or kind in _GEOMETRY_STATES:
-        return None
-    raise ConfigError(section.key("type"), section.str("type"), "not a state type the bridge converts")
+    if kind == "LaserScan":
+        beams = section.int("beams")
+        return beams * (2 if section.has("intensities") and section.bool("intensities") else 1)
+    # a multi-array without slice, and any other type read by field paths: its width depends on the
+    # messages or on the type's definition, which this side does not import (state_dims gives it)
+    return None
 
 
 def _image_box(section: Section, given: tuple[int, ...] | None) -> gym.spaces.Box:
@@ -287,8 +291,16 @@ def _action_slice(action: Section, action_dim: int | None) -> tuple[int, int]:
         width = 1
     elif kind == "Float64MultiArray":
         width = None
+    elif not action.has("slice"):
+        # any other type (or an action server's goal) is filled by field paths: their width is the type's
+        raise ConfigError(
+            action.key("slice"),
+            None,
+            f"{action.str('type')} is filled by field paths, whose width this side cannot read without the "
+            "type: give the actuator's slice [start, stop]",
+        )
     else:
-        raise ConfigError(action.key("type"), action.str("type"), "not an action type the bridge publishes")
+        width = None
     if action.has("slice"):
         start, stop = action.int_list("slice", length=2)
         if not 0 <= start < stop:
