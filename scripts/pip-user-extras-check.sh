@@ -3,7 +3,7 @@
 #
 #   scripts/pip-user-extras-check.sh [WORKDIR]
 #
-# A fresh venv gets the ROS 2 Kilted wheels and a plain `pip install '.[gym,rllib]'` (not editable, no
+# A fresh venv gets the ROS 2 Kilted wheels and a plain `pip install '.[gym,rllib,sb3]'` (not editable, no
 # requirement files: the extras' own pins decide). From WORKDIR (default: a new temporary folder), outside the
 # checkout, it checks that every installed version equals the one requirements/gym.txt and rllib.txt pin,
 # then runs what each extra is for, briefly: plugrl-gym-robot prints the bridge config of a MuJoCo env, and
@@ -16,10 +16,10 @@ mkdir -p "$work"
 work="$(cd "$work" && pwd)"
 venv="$work/venv"
 pip_quiet=(--quiet --disable-pip-version-check)
-echo "=== pip user install of plugrl_ros[gym,rllib] into $venv ==="
+echo "=== pip user install of plugrl_ros[gym,rllib,sb3] into $venv ==="
 "${PYTHON:-python3}" -m venv "$venv"
 "$venv/bin/python" -m pip install "${pip_quiet[@]}" -r "$root/requirements/ros-kilted.txt"
-"$venv/bin/python" -m pip install "${pip_quiet[@]}" "$root[gym,rllib]"
+"$venv/bin/python" -m pip install "${pip_quiet[@]}" "$root[gym,rllib,sb3]"
 cd "$work"
 export PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv" AMENT_PREFIX_PATH="$venv" PYTHONUNBUFFERED=1
 export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST ROS_HOME="$work/ros_home" ROS_DOMAIN_ID="${ROS_DOMAIN_ID:-77}"
@@ -27,7 +27,7 @@ export OMP_NUM_THREADS=1 MUJOCO_GL="${MUJOCO_GL:-egl}"
 unset PYTHONPATH
 
 # every pinned requirement installed at its pinned version (torch's local build label, +cpu, aside)
-python - "$root/requirements/gym.txt" "$root/requirements/rllib.txt" <<'EOF'
+python - "$root/requirements/gym.txt" "$root/requirements/rllib.txt" "$root/requirements/sb3.txt" <<'EOF'
 import importlib.metadata
 import sys
 
@@ -69,5 +69,14 @@ spaces = robot_spaces("gym.yaml", horizon=1, state_dims={"observation": 4})
 assert spaces.observation_space["states"]["observation"].shape == (4,), spaces.observation_space
 assert spaces.action_space.shape == (1,), spaces.action_space
 print(f"{PlugRLEnvRunner.__name__}: observation {spaces.observation_space}, action {spaces.action_space}")
+
+from plugrl_ros.sb3 import RobotVecEnv
+from plugrl_ros.vector import VectorSettings
+
+env = RobotVecEnv.from_params("gym.yaml", 1, VectorSettings(port=0), observation="box", state_dims={"observation": 4})
+assert env.observation_space.shape == (4,) and env.action_space.shape == (1,), (env.observation_space, env.action_space)
+print(f"{type(env).__name__} listening on port {env.port}: observation {env.observation_space}")
+env.close()
 EOF
+plugrl-policy-server --help | grep -q -- "--sb3"
 echo "pip-user-extras-check: passed"

@@ -111,6 +111,14 @@ EXERCISED = {
     "plugrl-demo --trainer rllib": (
         "mirror: test_rllib_bridge.py::test_plugrl_demo_with_rllib_ppo_improves_the_return_through_the_bridge"
     ),
+    'scripts/setup-venv.sh .venv kilted "" sb3': "mirror: .ci/run (the rllib stage's venv takes the sb3 extra too)",
+    # PPO, short (SAC for 300 s is a measurement in docs/gymnasium-trainers.md)
+    "plugrl-demo --trainer sb3 --algorithm SAC": (
+        "mirror: test_sb3.py::test_plugrl_demo_with_sb3_ppo_runs_to_the_end_and_deploys_its_model"
+    ),
+    "plugrl-policy-server --sb3 model.zip --config robot.yaml": (
+        "mirror: test_sb3.py::test_the_policy_server_answers_with_the_models_deterministic_action"
+    ),
 }
 
 _COMMAND_WORDS = (

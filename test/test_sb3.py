@@ -173,3 +173,27 @@ def test_plugrl_demo_with_sb3_ppo_runs_to_the_end_and_deploys_its_model(tmp_path
     assert deploy["policy_server"] == "plugrl-policy-server --sb3" and deploy["episodes"] >= 2, deploy
     assert deploy["bridge_exit_code"] == 0 and deploy["policy_server_exit_code"] == 0, deploy
     assert (output / "sb3_model.zip").is_file() and "Stable-Baselines3 model" in out
+
+
+@pytest.mark.gym
+@pytest.mark.timeout(400)
+def test_the_benchmarks_smoke_run_gives_the_very_same_episodes_and_weights_as_sb3_on_the_env(tmp_path: Path):
+    """bench_sb3.py --quick: SB3's PPO and SAC through plugrl-gym-robot and the bridge, against SB3 on the env."""
+    pytest.importorskip("mujoco")
+    results = tmp_path / "bench.json"
+    command = [sys.executable, str(ROOT / "bench" / "bench_sb3.py"), "--quick", "--seeds", "1", "--json", str(results)]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=380,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    cases = {r["case"]: r for r in json.loads(results.read_text())["results"]}
+    assert sorted(cases) == ["ppo", "sac"]
+    for case in cases.values():
+        (row,) = case["seeds"]
+        assert row["identical_episodes"] and row["identical_weights"], row
+        assert row["episodes"][0] == row["episodes"][1] >= 2, row
