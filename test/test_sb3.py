@@ -173,6 +173,8 @@ def test_plugrl_demo_with_sb3_ppo_runs_to_the_end_and_deploys_its_model(tmp_path
     assert deploy["policy_server"] == "plugrl-policy-server --sb3" and deploy["episodes"] >= 2, deploy
     assert deploy["bridge_exit_code"] == 0 and deploy["policy_server_exit_code"] == 0, deploy
     assert (output / "sb3_model.zip").is_file() and "Stable-Baselines3 model" in out
+    log = (output / "logs" / "trainer.log").read_text()
+    assert re.search(r"robots idle \d+ % of their time", log), log[-2000:]  # what the robots waited for SB3
 
 
 @pytest.mark.gym

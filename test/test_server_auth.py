@@ -487,7 +487,7 @@ def test_every_policy_server_backend_serves_through_the_one_gated_server():
     assert sorted(BACKENDS) == ["rllib", "sb3"]
     for _, _, module in BACKENDS.values():
         source = (package / Path(*module.split(".")[1:])).with_suffix(".py").read_text()
-        assert "from plugrl_ros.serve.policy_server import" in source and "run(" in source, module
+        assert "from plugrl_ros.serve.policy_server import" in source and "load_and_serve(" in source, module
         assert "serve_trainer" not in source and "websockets" not in source, module
 
 

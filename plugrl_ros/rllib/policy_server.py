@@ -16,8 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from plugrl_ros.serve.policy_server import EXIT_BAD_INPUT, SERVER_NAME, LoadedPolicy, parse, run
-from plugrl_ros.tools.serving import access_from
+from plugrl_ros.serve.policy_server import EXIT_BAD_INPUT, SERVER_NAME, LoadedPolicy, load_and_serve, parse
 
 log = logging.getLogger("plugrl_ros.rllib.policy_server")
 
@@ -51,19 +50,13 @@ def serve(args: argparse.Namespace) -> int:
         print(f"{SERVER_NAME}: this backend serves --rllib CHECKPOINT", file=sys.stderr)
         return EXIT_BAD_INPUT
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in ("ray", "ray.rllib"):
         logging.getLogger(name).setLevel(logging.ERROR)  # RLlib's notices on loading are not the operator's
     from plugrl_ros.params.section import ConfigError
     from plugrl_ros.rllib.checkpoint_policy import CheckpointError
     from plugrl_ros.serve.request_reader import ConfigMismatch
 
-    try:
-        loaded = load(args)
-    except (CheckpointError, ConfigMismatch, ConfigError) as exc:
-        print(f"{SERVER_NAME}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return run(loaded, access_from(args), args.host, args.port)
+    return load_and_serve(args, load, (CheckpointError, ConfigMismatch, ConfigError))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ log = logging.getLogger("plugrl_ros.sb3.demo")
 ALGORITHMS = ("PPO", "SAC")
 GAMMA = 0.9  # the demo's discount per step (its episodes last at most 60 steps)
 EPISODE_LOG_LENGTH = 10_000
+FIGURES_EVERY_S = 10.0  # the trainer's log shows the robots' idle share this often
 
 
 def model_settings(algorithm: str, seed: int) -> dict[str, Any]:
@@ -58,6 +59,7 @@ class SB3DemoTrainer:
         self._ended_at: float | None = None
         self._finished = False
         self._steps = 0
+        self._figures_at = time.monotonic()
 
     # -- TrainerThread's protocol --------------------------------------------------------
 
@@ -138,10 +140,27 @@ class SB3DemoTrainer:
                         record = EpisodeRecord(now - trainer._first_at, env, float(episode["r"]), int(episode["l"]))
                         trainer.episode_log.append(record)
                 trainer._steps += 1
+                if now - trainer._figures_at >= FIGURES_EVERY_S:
+                    trainer._figures_at = now
+                    trainer._log_figures()
                 return not trainer._stop.is_set() and now - trainer._first_at < trainer.duration_s
 
         self.model.learn(total_timesteps=10**9, callback=Progress(), progress_bar=False)
         log.info("the run's %g s are over after %d steps of %d robots", self.duration_s, self._steps, self.env.num_envs)
+
+    def _log_figures(self) -> None:
+        """The link's figures since the last call: how much of their time the robots waited for SB3."""
+        figures = self.env.env.link_figures()
+        idle = "-" if figures.idle_share is None else f"{100 * figures.idle_share:.0f} %"
+        trip = "-" if figures.round_trip_ms is None else f"{figures.round_trip_ms:.1f} ms"
+        log.info(
+            "%d steps of %d robots; robots idle %s of their time (waiting for SB3's actions and updates); "
+            "infer round trip %s",
+            self._steps,
+            self.env.num_envs,
+            idle,
+            trip,
+        )
 
     def _shutdown(self) -> None:
         if self.model is not None and self._steps > 0:

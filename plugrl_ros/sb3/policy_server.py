@@ -32,10 +32,9 @@ import gymnasium as gym
 import numpy as np
 
 from plugrl_ros.params.section import ConfigError
-from plugrl_ros.serve.policy_server import EXIT_BAD_INPUT, SERVER_NAME, LoadedPolicy, parse, run
+from plugrl_ros.serve.policy_server import EXIT_BAD_INPUT, SERVER_NAME, LoadedPolicy, load_and_serve, parse
 from plugrl_ros.serve.request_reader import ConfigMismatch, RequestReader
 from plugrl_ros.serve.spaces import _parameters
-from plugrl_ros.tools.serving import access_from
 
 log = logging.getLogger("plugrl_ros.sb3.policy_server")
 
@@ -166,16 +165,10 @@ def serve(args: argparse.Namespace) -> int:
         print(f"{SERVER_NAME}: this backend serves --sb3 MODEL_ZIP", file=sys.stderr)
         return EXIT_BAD_INPUT
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import torch
 
     torch.set_num_threads(1)  # one robot's observation at a time: a small network does not gain from threads
-    try:
-        loaded = load(args)
-    except (ModelError, ConfigMismatch, ConfigError) as exc:
-        print(f"{SERVER_NAME}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return run(loaded, access_from(args), args.host, args.port)
+    return load_and_serve(args, load, (ModelError, ConfigMismatch, ConfigError))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

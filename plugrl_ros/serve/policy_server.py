@@ -42,7 +42,7 @@ from websockets.exceptions import ConnectionClosed
 from plugrl_ros import __version__
 from plugrl_ros.protocol import codec
 from plugrl_ros.protocol.server_auth import AccessError, ServerAccess
-from plugrl_ros.tools.serving import add_access_options, serve_trainer
+from plugrl_ros.tools.serving import access_from, add_access_options, serve_trainer
 
 log = logging.getLogger("plugrl_ros.policy_server")
 
@@ -219,3 +219,19 @@ def run(loaded: LoadedPolicy, access: ServerAccess, host: str, port: int) -> int
         return asyncio.run(serve_until_stopped(PolicyServer(loaded, access, host, port)))
     except KeyboardInterrupt:
         return 130  # interrupted before the signal handlers were installed
+
+
+def load_and_serve(
+    args: argparse.Namespace,
+    load: Callable[[argparse.Namespace], LoadedPolicy],
+    refused: tuple[type[Exception], ...],
+) -> int:
+    """A backend's run: ``load`` the policy the command line names, then serve it; 2, saying why, if ``load``
+    raises one of ``refused`` (a policy or params file it cannot serve)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        loaded = load(args)
+    except refused as exc:
+        print(f"{SERVER_NAME}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return run(loaded, access_from(args), args.host, args.port)
