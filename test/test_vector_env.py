@@ -176,6 +176,38 @@ def test_robots_idle_while_the_trainer_pauses_and_the_idle_share_shows_it():
     assert figures.robots == 2 and figures.idle_share is not None and figures.idle_share > 0.5, figures
 
 
+def test_a_persons_corrections_reach_the_trainer_in_infos():
+    """The demo's scripted person drives both reachers from the first moment (config/demo_intervention.yaml)."""
+    person = python_module(
+        "plugrl_ros.demo.teleop_node", "--minutes", "0", "--stray", "0", "--patience", "0", "--release", "0.01"
+    )
+    corrected = []
+    with vector_env(2) as env, process(robot(2, "--mode", "timer")), process(person):
+        settings = ("control.mode:=timer", "status.log_period_s:=0.0")
+        command = python_module(
+            "plugrl_ros.node.bridge_main",
+            *(
+                "--ros-args",
+                "--params-file",
+                str(DEMO),
+                "--params-file",
+                str(ROOT / "config" / "demo_intervention.yaml"),
+            ),
+            *(arg for setting in (f"trainer.uri:=ws://127.0.0.1:{env.port}", *settings) for arg in ("-p", setting)),
+        )
+        with process(command):
+            env.reset()
+            for _ in range(150):
+                _, _, _, _, infos = env.step(np.zeros((2, 2), np.float32))  # the policy says: stand still
+                if "intervention" in infos:
+                    for i in np.flatnonzero(infos["intervention"]):
+                        corrected.append(infos["intervention_action"][i])
+    assert len(corrected) >= 20, len(corrected)
+    executed = np.array(corrected)
+    assert executed.shape[1] == 2 and np.isfinite(executed).all()
+    assert (np.abs(executed).max(axis=1) > 0).mean() > 0.5  # the person moved the arm where the policy stood still
+
+
 def test_with_a_key_set_the_vector_env_refuses_a_keyless_bridge_with_401(monkeypatch):
     monkeypatch.setenv("PLUGRL_TEST_VECTOR_KEY", "plugrl-vector-key-0123456789abcdef")
     with vector_env(1, access=ServerAccess(api_key_env="PLUGRL_TEST_VECTOR_KEY")) as env:
