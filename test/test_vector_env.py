@@ -110,6 +110,29 @@ def test_same_step_autoreset_returns_the_next_episodes_first_observation_with_th
     assert ended >= 12
 
 
+def test_with_chunks_each_step_is_a_whole_chunk_of_h_control_steps():
+    env = RobotVectorEnv.from_params(
+        DEMO, 2, VectorSettings(port=0, access=ServerAccess(api_key_env="")), horizon=5, images=[],
+        state_dims={"target": 4},
+    )  # fmt: skip
+    try:
+        with process(robot(2)), process(bridge("bridge_h", env.port, ["reacher0", "reacher1"])):
+            assert env.single_action_space.shape == (10,)  # five steps of two joint velocities, time-major
+            env.reset()
+            steps, lengths = np.zeros(2, int), []
+            for _ in range(60):
+                _, _, terminated, truncated, infos = env.step(env.action_space.sample())
+                steps += 1
+                for i in np.flatnonzero(terminated | truncated):
+                    lengths.append((int(steps[i]), int(infos["robot_episode"]["l"][i]), bool(truncated[i])))
+                    steps[i] = -1  # the next step is the reset step (next-step autoreset)
+    finally:
+        env.close()
+    # a truncated episode is 60 control steps: 12 chunks of 5; an episode may end early only by reaching the target
+    assert lengths and all(control == 60 and n == 12 for n, control, cut in lengths if cut), lengths
+    assert all(n == -(-control // 5) for n, control, _ in lengths), lengths
+
+
 def test_a_robot_that_never_connects_is_named_after_the_connect_timeout():
     with vector_env(3, connect_timeout_s=6.0) as env, process(robot(2)):
         with process(bridge("bridge_n", env.port, ["reacher0", "reacher1"])):
