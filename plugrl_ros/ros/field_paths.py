@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import array
 import copy
+import difflib
 import importlib
 import operator
 import re
@@ -75,7 +76,9 @@ def interface_class(type_name: str, kind: str, key: str) -> type:
     cls = getattr(module, name, None)
     if not isinstance(cls, type):
         known = sorted(n for n in dir(module) if not n.startswith("_") and isinstance(getattr(module, n), type))
-        raise ConfigError(key, type_name, f"{package}/{kind} has no type '{name}'; it has: {', '.join(known)}")
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {package}/{close[0]}? " if close else ""
+        raise ConfigError(key, type_name, f"{package}/{kind} has no type '{name}'; {hint}it has: {', '.join(known)}")
     return cls
 
 
