@@ -5,12 +5,11 @@ Run: ``python bench/bench_rllib.py [--quick] [--part cost|sac|sac-timer|all] [--
 gym,rllib``; ``OMP_NUM_THREADS=1`` on a small machine).
 
 Every run is one RLlib algorithm in a process of its own (``rllib_driver.py``),
-with one of two EnvRunners on the same env, config, seed, RLModule and
-connectors:
+with one of two EnvRunners on the same env, config, seed and RLModule:
 
 * ``own`` (the baseline): RLlib's own ``SingleAgentEnvRunner`` stepping the
   Gymnasium env in its process, as an RLlib user would run it (N copies: a
-  vector env, batched inference);
+  vector env, batched inference; for SAC, RLlib's tuned example as it is);
 * ``ros``: ``plugrl-gym-robot`` (N copies) and the bridge with the config
   the robot prints, served by a ``PlugRLEnvRunner`` (N robots on one bridge:
   batched inference).
