@@ -5,12 +5,11 @@ Run: ``python bench/bench_rllib.py [--quick] [--part cost|sac|sac-timer|all] [--
 gym,rllib``; ``OMP_NUM_THREADS=1`` on a small machine).
 
 Every run is one RLlib algorithm in a process of its own (``rllib_driver.py``),
-with one of two EnvRunners on the same env, config, seed, RLModule and
-connectors:
+with one of two EnvRunners on the same env, config, seed and RLModule:
 
 * ``own`` (the baseline): RLlib's own ``SingleAgentEnvRunner`` stepping the
   Gymnasium env in its process, as an RLlib user would run it (N copies: a
-  vector env, batched inference);
+  vector env, batched inference; for SAC, RLlib's tuned example as it is);
 * ``ros``: ``plugrl-gym-robot`` (N copies) and the bridge with the config
   the robot prints, served by a ``PlugRLEnvRunner`` (N robots on one bridge:
   batched inference).
@@ -25,8 +24,12 @@ Parts:
   left out.
 * ``sac``: RLlib's tuned Pendulum SAC (``ray/rllib/tuned_examples/sac/
   pendulum_sac.py``) on Pendulum-v1, 1 copy, lockstep, H = 1: the return at
-  5k / 10k / 20k env steps (the mean of the episodes ending in the 1,000 steps
-  before each mark), mean ± std over the seeds, own vs. ros.
+  5k / 10k / 20k env steps and at the run's end (the mean of the episodes
+  ending in the 1,000 steps before each mark), mean ± std over the seeds, own
+  vs. ros; and each run's env steps until the mean of its last 5 episodes
+  first reached -250 (the example's own pass mark, within 20k steps). The
+  baseline is the example itself: ``gymnasium.make("Pendulum-v1")`` in RLlib's
+  ``SingleAgentEnvRunner``.
 * ``sac-timer``: the same SAC with the robot in timer mode at 50 Hz (stepping
   in real time, as hardware does) and ``serve_during_updates``: the return
   against wall-clock minutes, and the robot's idle share (control ticks
@@ -57,6 +60,9 @@ COST_STEPS = 6_000  # six PPO iterations of 1,000 steps; the first is left out
 SAC_ENV = "Pendulum-v1"
 SAC_MARKS = (5_000, 10_000, 20_000)
 SAC_WINDOW = 1_000  # five Pendulum episodes before each mark
+# The tuned example's pass mark: RLlib's episode_return_mean (the last 5 episodes) reaches -250 within 20k env steps
+SAC_REACHED = -250.0
+SAC_REACHED_EPISODES = 5
 TIMER_RATE_HZ = 50.0
 TIMER_MINUTES = 8.0  # 20k steps at 50 Hz take 6.7 minutes
 PATHS = ("own", "ros")
@@ -283,6 +289,18 @@ def returns_at(episodes: list[tuple[float, float, int]], marks: list[int], windo
     return out
 
 
+def steps_to_reach(episodes: list[tuple[float, float, int]], target: float, last: int) -> int | None:
+    """The env steps at the end of the first episode after which the mean return of the last ``last`` episodes
+    was at least ``target`` (RLlib's ``episode_return_mean`` crossing it), or None if it never was."""
+    total, returns = 0, []
+    for _, ret, length in episodes:
+        total += length
+        returns.append(ret)
+        if len(returns) >= last and statistics.fmean(returns[-last:]) >= target:
+            return total
+    return None
+
+
 def sac(seeds: int, steps: int, tmp: Path) -> dict[str, Any]:
     runs: dict[str, list[Run]] = {path: [] for path in PATHS}
     for seed in range(seeds):
@@ -294,9 +312,7 @@ def sac(seeds: int, steps: int, tmp: Path) -> dict[str, Any]:
 
 def sac_section(runs: dict[str, list[Run]], steps: int) -> dict[str, Any]:
     """The SAC results of the runs of each path (seed by seed, the same seeds on both)."""
-    marks = [m for m in SAC_MARKS if m <= steps] or [steps]
-    if len(marks) < 3:  # a shorter run than the documented one: more marks on the way
-        marks = sorted({*marks, *(m for m in (1_000, 2_500) if m < steps)})
+    marks = sorted({*(m for m in SAC_MARKS if m <= steps), steps})  # and the run's end
     window = min(SAC_WINDOW, marks[0])
     return {
         "env": SAC_ENV,
@@ -305,6 +321,9 @@ def sac_section(runs: dict[str, list[Run]], steps: int) -> dict[str, Any]:
         "marks": marks,
         "window": window,
         "returns": {path: [returns_at(r.episodes, marks, window) for r in runs[path]] for path in PATHS},
+        "reached": {
+            path: [steps_to_reach(r.episodes, SAC_REACHED, SAC_REACHED_EPISODES) for r in runs[path]] for path in PATHS
+        },
         "per_step": {path: [per_step(r, skip_steps=0) for r in runs[path]] for path in PATHS},
     }
 
@@ -314,9 +333,9 @@ def saved_sac_runs(folder: Path, steps: int) -> dict[str, Any]:
     both paths finished: an interrupted run's results."""
     runs: dict[str, list[Run]] = {path: [] for path in PATHS}
     seed = 0
-    while all((folder / f"run_sac_{path}_1_{seed}_lockstep.json").exists() for path in PATHS):
+    while all((folder / f"run_sac_{path}_1_{seed}_lockstep_h1.json").exists() for path in PATHS):
         for path in PATHS:
-            saved = json.loads((folder / f"run_sac_{path}_1_{seed}_lockstep.json").read_text())
+            saved = json.loads((folder / f"run_sac_{path}_1_{seed}_lockstep_h1.json").read_text())
             episodes = [tuple(e) for e in saved["episodes"]]
             runs[path].append(Run(path, 1, seed, saved["iterations"], episodes, {}, saved["robot_idle_share"]))
         seed += 1
@@ -351,13 +370,25 @@ def sac_table(section: dict[str, Any]) -> str:
     per = section["per_step"]
     own_wall = statistics.median(f["wall"] for f in per["own"])
     ros_wall = statistics.median(f["wall"] for f in per["ros"])
+    reached = section.get("reached")
+    if reached:  # results from before it was recorded have none
+        lines += ["", common.md_table(
+            ("seed", f"RLlib's own runner: env steps to {SAC_REACHED:g}", f"through ROS: env steps to {SAC_REACHED:g}"),
+            [(seed, *(_steps(reached[path][i]) for path in PATHS)) for i, seed in enumerate(seeds)],
+        )]  # fmt: skip
     lines += [
         "",
-        f"(the return at a mark: the mean of the episodes ending in the {section['window']:,} env steps before it.) "
+        f"(the return at a mark: the mean of the episodes ending in the {section['window']:,} env steps before it; "
+        f"env steps to {SAC_REACHED:g}: until the mean of the last {SAC_REACHED_EPISODES} episodes first reached "
+        "it, RLlib's pass mark for this example.) "
         f"Wall-clock per env step, the learner's updates included: {_ms(own_wall)} ms with RLlib's own runner, "
         f"{_ms(ros_wall)} ms through ROS ({common.fmt_ratio(ros_wall / own_wall)}x).",
     ]
     return "\n".join(lines)
+
+
+def _steps(steps: int | None) -> str:
+    return "not reached" if steps is None else f"{steps:,}"
 
 
 def sac_timer(seeds: int, steps: int, minutes: float, tmp: Path, learners: int, horizon: int = 1) -> dict[str, Any]:

@@ -3,16 +3,22 @@
 Run: ``python bench/rllib_driver.py --algorithm ppo|sac --runner own|plugrl --env ID --params-file FILE
 --out RESULT.json [--copies N] [--seed S] [--steps N] [--serve-during-updates]``.
 
-Both runners train the same algorithm with the same config, seed, RLModule
-and connectors (``FlattenObservations``, and PPO's ``MeanStdFilter``) on
-spaces read from the same bridge config (:func:`robot_spaces`):
+Both runners train the same algorithm with the same config, seed and RLModule;
+the PlugRL runner on spaces read from the bridge config (:func:`robot_spaces`,
+flattened by ``FlattenObservations``; PPO's ``MeanStdFilter`` on both paths):
 
 * ``own``: RLlib's :class:`SingleAgentEnvRunner` steps the env in this
   process, as an RLlib user would run it (``num_envs_per_env_runner`` copies,
-  a vector env). The env is :class:`RobotShapedEnv`: the Gymnasium env with
-  the observation and action spaces the bridge config gives the runner, and the
-  episode seeds, action clipping and time limit of ``plugrl-gym-robot`` and
-  its bridge (:class:`~plugrl_ros.gym.copies.GymCopy`).
+  a vector env). For PPO's cost the env is :class:`RobotShapedEnv`: the
+  Gymnasium env with the observation and action spaces the bridge config gives
+  the runner, and the episode seeds, action clipping and time limit of
+  ``plugrl-gym-robot`` and its bridge (:class:`~plugrl_ros.gym.copies.GymCopy`),
+  so that both paths step the same env code. For SAC it is RLlib's tuned
+  example itself: the env by its id, RLlib's own seeding and spaces, no
+  connector: the curve the bridge is compared with is RLlib's published one,
+  not one through this package's code. (The two envs train alike: with
+  RLlib's seed and the same episode starts, RobotShapedEnv's returns follow
+  the plain env's as closely as two runs of the plain env follow each other.)
 * ``plugrl``: :class:`~plugrl_ros.rllib.env_runner.PlugRLEnvRunner` listens
   on a free port (printed as ``PORT n``) for the bridge of ``plugrl-gym-robot``
   copies, which the benchmark starts.
@@ -167,8 +173,14 @@ def build_config(args: argparse.Namespace, spaces: Any) -> Any:
             .reporting(metrics_num_episodes_for_smoothing=5)
         )
         connectors = lambda env, spaces, device: [FlattenObservations()]  # noqa: E731
+    if args.runner == "plugrl" or args.algorithm == "ppo":
+        config = config.env_runners(env_to_module_connector=connectors)
     runner_cls: type
-    if args.runner == "own":
+    if args.runner == "own" and args.algorithm == "sac":
+        # RLlib's tuned example as its users run it: Box observations, so no connector
+        config = config.environment(args.env)
+        runner_cls = timed(SingleAgentEnvRunner)
+    elif args.runner == "own":
         env_id, seed = args.env, args.seed
         made: list[RobotShapedEnv] = []
 
@@ -196,7 +208,6 @@ def build_config(args: argparse.Namespace, spaces: Any) -> Any:
             num_env_runners=0,
             num_envs_per_env_runner=args.copies,
             sample_timeout_s=2 * SAMPLE_WAIT_S,
-            env_to_module_connector=connectors,
         )
         .learners(num_learners=args.learners)
         .debugging(seed=args.seed)

@@ -67,3 +67,40 @@ def test_the_idle_share_counts_a_chunk_as_h_control_ticks():
     assert bench_rllib.idle_shares(its, 1)[0] == pytest.approx(0.825)
     # while learning (from the first iteration past the 256 RL steps of warm-up): 10 s, 50 RL steps of 4 ticks
     assert bench_rllib.idle_shares(its, 4)[1] == pytest.approx(0.6)
+
+
+def _bench_rllib():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_rllib
+
+    return bench_rllib
+
+
+def test_steps_to_reach_counts_env_steps_until_the_mean_of_the_last_five_episodes_first_reaches_the_mark():
+    bench_rllib = _bench_rllib()
+    # 200-step episodes
+    returns = [-1200.0, -1100.0, -900.0, -150.0, -150.0, -150.0, -150.0, -100.0]
+    episodes = [(float(i), ret, 200) for i, ret in enumerate(returns)]
+    # after episode 5 (1,000 steps) the last five average -700, after 7 -300, after 8 (1,600 steps) -140
+    assert bench_rllib.steps_to_reach(episodes, -250.0, 5) == 1_600
+    assert bench_rllib.steps_to_reach(episodes[:7], -250.0, 5) is None
+    assert bench_rllib.steps_to_reach(episodes[:3], -2000.0, 5) is None  # fewer than five episodes: no mean yet
+
+
+def test_the_sac_table_has_a_mark_at_the_runs_end_and_each_seeds_steps_to_the_pass_mark(tmp_path):
+    bench_rllib = _bench_rllib()
+    episodes = [(float(i), -1000.0 if i < 40 else -150.0, 200) for i in range(60)]  # 12,000 env steps
+    iterations = [{"t": 0.0, "cpu": 0.0, "steps": 0, "sample_wall": 0.0, "sample_cpu": 0.0},
+                  {"t": 60.0, "cpu": 50.0, "steps": 12_000, "sample_wall": 10.0, "sample_cpu": 8.0}]  # fmt: skip
+    for path in bench_rllib.PATHS:  # the files a run leaves, read back by --from-runs
+        saved = {"iterations": iterations, "episodes": episodes, "robot_idle_share": []}
+        (tmp_path / f"run_sac_{path}_1_0_lockstep_h1.json").write_text(json.dumps(saved))
+    section = bench_rllib.saved_sac_runs(tmp_path, 12_000)
+    assert section["marks"] == [5_000, 10_000, 12_000]
+    assert section["reached"] == {"own": [9_000], "ros": [9_000]}  # the 45th episode ends the first five at -150
+    table = bench_rllib.sac_table(section)
+    assert "| 12,000 | -150.0 ± 0.0 | -150.0 ± 0.0 | +0.0 | yes |" in table
+    assert "| 0 | 9,000 | 9,000 |" in table
