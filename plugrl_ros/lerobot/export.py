@@ -36,7 +36,7 @@ def fps_of(parameters: dict[str, Any]) -> int:
         raise ValueError(
             f"the recording's control.rate_hz is {rate}: a LeRobot dataset's fps is a whole number of frames per second"
         )
-    return int(round(rate))
+    return round(rate)
 
 
 def state_names(parameters: dict[str, Any], name: str, width: int) -> list[str]:
