@@ -184,7 +184,7 @@ def test_lerobots_own_dataset_reads_every_frame_as_recorded(dataset, recorded):
     loaded = LeRobotDataset("plugrl/demo", root=root, video_backend="pyav")
     n = len(recorded["action"])
     assert len(loaded) == n and loaded.num_episodes == len(recorded["lengths"]) and loaded.fps == 20
-    worst = 0
+    errors = []
     for i in range(n):
         item = loaded[i]
         assert np.array_equal(item["observation.state"].numpy(), recorded["state"][i].astype(np.float32)), i
@@ -193,12 +193,25 @@ def test_lerobots_own_dataset_reads_every_frame_as_recorded(dataset, recorded):
         assert item["next.done"].item() == recorded["done"][i], i
         assert item["task"] == TASK
         image = (item["observation.images.camera"].numpy().transpose(1, 2, 0) * 255).round().astype(int)
-        worst = max(worst, int(np.abs(image - recorded["image"][i].astype(int)).max()))
+        errors.append(np.abs(image - recorded["image"][i].astype(int)))
     if codec == "lossless":
-        assert worst == 0
-    stats = loaded.meta.stats
-    assert stats["observation.state"]["mean"].shape == (8,) and stats["observation.images.camera"]["std"].shape == (
-        3,
-        1,
-        1,
+        assert max(int(e.max()) for e in errors) == 0
+    else:
+        assert 0 < np.mean(errors) < 4, np.mean(errors)
+
+    # what a policy's training reads: its features, the statistics LeRobot aggregates, and action chunks as ACT
+    # asks for them (the next 10 steps of the same episode, padded past its end)
+    from lerobot.datasets.compute_stats import aggregate_stats
+    from lerobot.datasets.utils import dataset_to_policy_features
+
+    policy_features = dataset_to_policy_features(loaded.meta.features)
+    assert {"observation.state", "observation.images.camera", "action"} <= set(policy_features)
+    both = aggregate_stats([loaded.meta.stats, loaded.meta.stats])
+    assert np.allclose(both["action"]["mean"], loaded.meta.stats["action"]["mean"])
+    chunked = LeRobotDataset(
+        "plugrl/demo", root=root, video_backend="pyav", delta_timestamps={"action": [t / 20 for t in range(10)]}
     )
+    last = int(recorded["lengths"][0]) - 1  # the first episode's last frame: 9 of its 10 steps lie beyond it
+    item = chunked[last]
+    assert item["action"].shape == (10, 2) and item["action_is_pad"].tolist() == [False] + [True] * 9
+    assert np.array_equal(item["action"][0].numpy(), recorded["action"][last].astype(np.float32))
