@@ -2,7 +2,7 @@
 node, a bridge in teleop mode that records, the scripted gamepad), the recording is exported with both video
 codecs, and the folder is read back: with pyarrow and PyAV against LeRobot's v3.0 layout (the lerobot extra),
 and by LeRobot's own ``LeRobotDataset`` where LeRobot is installed (the ``lerobot`` mark). The recording's side
-of every comparison is the npz export's per-step arrays of the same files."""
+of every comparison is the per-step arrays the npz export writes of the same files."""
 
 from __future__ import annotations
 
@@ -59,21 +59,17 @@ def recording(tmp_path_factory) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def recorded(recording, tmp_path_factory) -> dict[str, np.ndarray]:
-    """The recording's frames, in export order: each demonstration's steps the person commanded."""
-    out = tmp_path_factory.mktemp("npz")
-    export = python_module("plugrl_ros.record.export", *map(str, recording), "--to", "npz", "--output", str(out))
-    done = subprocess.run(export, check=False, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    lines = [line for line in done.stdout.splitlines() if line.startswith("wrote")]
-    assert lines, done.stdout
+def recorded(recording) -> dict[str, np.ndarray]:
+    """The recording's frames, in export order: each demonstration's steps the person commanded, from the
+    episodes the npz export writes of the same files (read in the order they end, as every export reads them)."""
+    from plugrl_ros.record.export import iter_episodes
+    from plugrl_ros.record.teleop_export import TeleopEpisodeAssembler
+
     frames: dict[str, list[np.ndarray]] = {}
     lengths = []
-    # the npz export writes episodes as they end; its file names sort by env, so order them by their first step
-    episodes = [dict(np.load(path)) for path in out.glob("*.npz")]
-    for ep in sorted(episodes, key=lambda e: (e["step_t_ns"][-1], int(e["env"]))):
-        person = ep["step_person"] & ep["step_observed"]
-        where = np.flatnonzero(person)
+    for episode in iter_episodes(recording, TeleopEpisodeAssembler(), []):
+        ep = episode.arrays
+        where = np.flatnonzero(ep["step_person"] & ep["step_observed"])
         for run in np.split(where, np.flatnonzero(np.diff(where) != 1) + 1):
             if not len(run):
                 continue
@@ -172,6 +168,36 @@ def test_a_recording_without_a_text_observation_needs_a_task_and_an_occupied_fol
     (tmp_path / "full" / "keep.txt").write_text("mine")
     done = export(recording, tmp_path / "full", "--task", TASK)
     assert done.returncode == 2 and "not empty" in done.stderr, done.stderr
+
+
+def test_each_frames_task_is_its_text_observation_when_no_task_is_given(tmp_path):
+    from plugrl_ros.lerobot.export import export_lerobot
+
+    def demonstration(texts: list[str]) -> dict[str, np.ndarray]:
+        n = len(texts)
+        return {
+            "observations/states/joints": np.zeros((n, 4)),
+            "observations/text": np.array(texts),
+            "step_observed": np.ones(n, dtype=bool),
+            "step_person": np.ones(n, dtype=bool),
+            "step_actions": np.zeros((n, 2)),
+            "step_rewards": np.zeros(n),
+            "step_terminated": np.zeros(n, dtype=bool),
+            "step_truncated": np.zeros(n, dtype=bool),
+        }
+
+    import pyarrow.parquet as pq
+
+    recorded = [("teleop", demonstration(["pick", "pick", "place"]), "a"), ("teleop", demonstration(["place"]), "b")]
+    counts = export_lerobot(recorded, {"control.rate_hz": 10.0}, tmp_path / "dataset")
+    assert (counts.episodes, counts.frames) == (2, 4)
+    root = tmp_path / "dataset"
+    assert pq.read_table(root / "meta/tasks.parquet").to_pydict() == {"task": ["pick", "place"], "task_index": [0, 1]}
+    assert pq.read_table(root / "data/chunk-000/file-000.parquet").column("task_index").to_pylist() == [0, 0, 1, 1]
+    assert pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").column("tasks").to_pylist() == [
+        ["pick", "place"],
+        ["place"],
+    ]
 
 
 @pytest.mark.lerobot
