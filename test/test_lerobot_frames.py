@@ -1,5 +1,5 @@
 """Which recorded steps become LeRobot frames (plugrl_ros.lerobot.frames), the names and the rate the export
-takes from the recording's parameters (plugrl_ros.lerobot.export), LeRobot's statistics (plugrl_ros.lerobot.stats).
+takes from the recording's parameters (plugrl_ros.lerobot.names), LeRobot's statistics (plugrl_ros.lerobot.stats).
 Pure numpy: no extra needed."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plugrl_ros.lerobot.export import action_names, fps_of, state_names
 from plugrl_ros.lerobot.frames import frames_of
+from plugrl_ros.lerobot.names import action_names, fps_of, state_names
 from plugrl_ros.lerobot.stats import aggregate, image_stats, vector_stats
 
 
