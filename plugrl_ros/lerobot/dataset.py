@@ -9,7 +9,8 @@ The layout LeRobot 0.4 reads (``LeRobotDataset(repo_id, root=DIR)``)::
                                            per episode: its tasks, length, its rows in data/ and its span of
                                            each video, its statistics (stats/<feature>/<stat>)
     data/chunk-000/file-000.parquet        one row per frame: every feature but the videos
-    videos/<key>/chunk-000/file-000.mp4    one stream per camera, the episodes one after the other
+    videos/<key>/chunk-000/file-000.mp4    one stream per camera, the episodes one after the other (or, with
+                                           images as PNG, none: each frame's PNG is in its data/ row)
 
 Numbers are float32, the width LeRobot hands them to a policy in: a frame's
 state, action and reward are the recording's, rounded to float32.
@@ -28,7 +29,7 @@ import pyarrow.parquet as pq
 
 from plugrl_ros.lerobot.frames import Frames
 from plugrl_ros.lerobot.stats import aggregate, image_stats, vector_stats
-from plugrl_ros.lerobot.video import Codec, VideoStream
+from plugrl_ros.lerobot.video import Codec, VideoStream, png
 
 CODEBASE_VERSION = "v3.0"
 CHUNK_FILE = "chunk-000/file-000"
@@ -57,7 +58,7 @@ class Layout:
     state_names: dict[str, list[str]]
     action_names: list[str]
     images: list[str]
-    codec: Codec
+    codec: Codec | None  # None: images as PNG in the Parquet (LeRobot's "image" features), not as videos
 
 
 @dataclass
@@ -82,14 +83,15 @@ class LeRobotWriter:
         self.tasks: dict[str, int] = {}
         self._columns = _Columns()
         self._image_stats: dict[str, list[dict[str, np.ndarray]]] = {name: [] for name in layout.images}
+        codec = layout.codec
         self._videos = {
             name: VideoStream(
-                root / VIDEO_PATH.format(video_key=image_key(name), chunk_index=0, file_index=0),
-                layout.fps,
-                layout.codec,
+                root / VIDEO_PATH.format(video_key=image_key(name), chunk_index=0, file_index=0), layout.fps, codec
             )
-            for name in layout.images
+            for name in (layout.images if codec is not None else [])
         }
+        self._pngs: dict[str, list[bytes]] = {name: [] for name in (layout.images if codec is None else [])}
+        self._image_shapes: dict[str, tuple[int, ...]] = {}
 
     def add(self, frames: Frames) -> None:
         """One episode."""
@@ -124,7 +126,15 @@ class LeRobotWriter:
             "dataset_to_index": self.frames + n,
         }
         stats = {key: vector_stats(value) for key, value in columns.items()}
-        for name in self.layout.images:
+        for name in self._pngs:
+            images = frames.images[name]
+            shape = self._image_shapes.setdefault(name, images.shape[1:])
+            if images.shape[1:] != shape:
+                raise ValueError(f"its {name} images are {list(images.shape[1:])}, the first episode's {list(shape)}")
+            self._pngs[name].extend(png(image) for image in images)
+            stats[image_key(name)] = image_stats(images)
+            self._image_stats[name].append(stats[image_key(name)])
+        for name in self._videos:
             video = self._videos[name]
             start = video.frames
             video.write(frames.images[name])
@@ -170,6 +180,8 @@ class LeRobotWriter:
             REWARD: {"dtype": "float32", "shape": [1], "names": None},
             DONE: {"dtype": "bool", "shape": [1], "names": None},
         }
+        for name, shape in self._image_shapes.items():
+            out[image_key(name)] = {"dtype": "image", "shape": list(shape), "names": ["height", "width", "channels"]}
         for name, video in self._videos.items():
             h, w, c = video.shape
             out[image_key(name)] = {
@@ -200,6 +212,12 @@ class LeRobotWriter:
     def _write_data(self) -> None:
         fields, arrays = [], []
         for key, feature in {k: v for k, v in self.features().items() if v["dtype"] != "video"}.items():
+            if feature["dtype"] == "image":  # as the datasets library stores an Image: {bytes, path}
+                kind = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+                pngs = self._pngs[key.removeprefix("observation.images.")]
+                arrays.append(pa.array([{"bytes": b, "path": None} for b in pngs], type=kind))
+                fields.append(pa.field(key, kind))
+                continue
             values = self._columns.array(key)
             scalar = pa.from_numpy_dtype(values.dtype)
             if feature["shape"] == [1]:

@@ -38,7 +38,8 @@ def export_lerobot(
     codec: str = "av1",
 ) -> ExportCounts:
     """Writes the recorded episodes ``(mode, arrays, where)`` as a LeRobotDataset under ``out``. ``task``: every
-    frame's task (default: the recording's text observation, which a recording without one must be given)."""
+    frame's task (default: the recording's text observation, which a recording without one must be given).
+    ``codec``: the videos' (:data:`~plugrl_ros.lerobot.video.CODECS`), or ``png``: images in the Parquet."""
     counts = ExportCounts()
     fps = fps_of(parameters)
     writer: LeRobotWriter | None = None
@@ -66,7 +67,7 @@ def export_lerobot(
                         },
                         action_names=action_names(parameters, part.action.shape[1]),
                         images=sorted(part.images),
-                        codec=CODECS[codec],
+                        codec=None if codec == "png" else CODECS[codec],
                     )
                     writer = LeRobotWriter(out, layout)
                 try:

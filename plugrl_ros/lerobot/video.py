@@ -34,6 +34,16 @@ CODECS = {
 SVT_MIN_SIZE = 32
 
 
+def png(image: np.ndarray) -> bytes:
+    """``image`` [h, w, 3] uint8 as a PNG file (lossless), for a dataset that keeps its images in the Parquet."""
+    if image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"images of shape {list(image.shape)}: a LeRobot image is RGB (h, w, 3)")
+    context = av.codec.CodecContext.create("png", "w")
+    context.width, context.height, context.pix_fmt = image.shape[1], image.shape[0], "rgb24"
+    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+    return b"".join(bytes(packet) for packet in [*context.encode(frame), *context.encode(None)])
+
+
 class VideoStream:
     """An MP4 file taking RGB frames [h, w, 3] uint8 at ``fps``; frame i is shown at i / fps seconds."""
 

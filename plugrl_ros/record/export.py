@@ -117,10 +117,11 @@ def _parser() -> argparse.ArgumentParser:
     lerobot.add_argument("--task", help="every frame's task (default: the recording's text observation)")
     lerobot.add_argument(
         "--video-codec",
-        choices=("av1", "lossless"),
+        choices=("av1", "lossless", "png"),
         default="av1",
-        help="'av1': LeRobot's default (SVT-AV1, yuv420p, CRF 30; small, lossy); 'lossless': H.264 in RGB, "
-        "quantiser 0 (every pixel as recorded, several times larger)",
+        help="'av1': videos as LeRobot writes them by default (SVT-AV1, yuv420p, CRF 30; small, lossy); "
+        "'lossless': videos in H.264 RGB, quantiser 0 (every pixel as recorded, several times larger); 'png': no "
+        "videos, each image a PNG in its frame's Parquet row (LeRobot's image features; lossless, largest)",
     )
     return parser
 
