@@ -76,6 +76,8 @@ setup(
         "rllib": pinned("rllib"),
         # plugrl_ros.vector and plugrl_ros.sb3: Gymnasium trainers and Stable-Baselines3 through a vector env
         "sb3": pinned("sb3"),
+        # plugrl-export --to lerobot: LeRobotDataset folders written with pyarrow and PyAV (no LeRobot, no torch)
+        "lerobot": pinned("lerobot"),
     },
     zip_safe=True,
     maintainer="plugrl_ros maintainers",

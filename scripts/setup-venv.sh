@@ -6,7 +6,7 @@
 # EXTRA_REQUIREMENT (e.g. websockets==15.0) is installed last, over the pinned
 # version: how CI tests the oldest supported dependency. EXTRAS (or the EXTRAS
 # environment variable) names optional parts of plugrl_ros, comma-separated
-# (gym, rllib, sb3): each installs the pinned requirements/<name>.txt. A venv
+# (gym, rllib, sb3, lerobot): each installs the pinned requirements/<name>.txt. A venv
 # remembers its wheel set, extra requirement and extras: called again without
 # them (as the demo and benchmark scripts do), it keeps them, and EXTRAS given
 # later adds to them. Kilted and Jazzy wheels must never mix.
@@ -47,9 +47,9 @@ if [ -f "$marker" ] && [ "$(sed -n 1p "$marker")" != "$wheels" ]; then
 fi
 python="${PYTHON:-python3}"
 cd "$root"
-# setup.py reads the extras' pins (requirements/gym.txt, rllib.txt, sb3.txt) into the package's metadata: hashed always
+# setup.py reads the extras' pins (requirements/gym.txt, rllib.txt, sb3.txt, lerobot.txt) into the package's metadata: hashed always
 hash="$( (cat "requirements/ros-$wheels.txt" requirements/base.txt requirements/dev.txt setup.py plugrl_ros/executables.py \
-    requirements/gym.txt requirements/rllib.txt requirements/sb3.txt; echo "$extra"; \
+    requirements/gym.txt requirements/rllib.txt requirements/sb3.txt requirements/lerobot.txt; echo "$extra"; \
     for name in ${extras//,/ }; do cat "requirements/$name.txt"; done) | sha256sum | cut -c1-16)"
 stamp="$venv/.plugrl-ros-setup-$hash"
 if [ -f "$stamp" ]; then

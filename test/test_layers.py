@@ -99,6 +99,8 @@ FORBIDDEN["serve"] = (
 FORBIDDEN["vector"] = (*_THE_BRIDGE, "plugrl_ros.rllib", "plugrl_ros.sb3", "ray", "torch", "stable_baselines3")
 FORBIDDEN["sb3"] = (*_THE_BRIDGE, "plugrl_ros.rllib", "ray")
 FORBIDDEN["rllib"] = (*FORBIDDEN["rllib"], "plugrl_ros.vector", "plugrl_ros.sb3", "stable_baselines3")
+# the LeRobot writer takes episodes' arrays and the recorded parameters; it reads no recording and knows no trainer
+FORBIDDEN["lerobot"] = (*_THE_BRIDGE, "plugrl_ros.rllib", "plugrl_ros.serve", "ray", "torch", "lerobot")
 
 # The optional extras are never imported by the bridge's layers (nor by what they stand on).
 EXTRAS = (
@@ -112,6 +114,10 @@ EXTRAS = (
     "gymnasium",
     "mujoco",
     "stable_baselines3",
+    "plugrl_ros.lerobot",
+    "pyarrow",
+    "av",
+    "lerobot",
 )
 BRIDGE_LAYERS = (
     "protocol",

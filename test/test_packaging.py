@@ -83,7 +83,7 @@ def _package_imports() -> tuple[set[str], set[str]]:
 
 
 # plugrl_ros subpackages that are pip extras (setup.py extras_require), not robot dependencies
-OPTIONAL_EXTRAS = ("rllib", "gym", "sb3")
+OPTIONAL_EXTRAS = ("rllib", "gym", "sb3", "lerobot")
 # an extra's third-party imports -> the requirement in its extras_require entry that brings them
 _EXTRA_REQUIREMENTS = {
     "rllib": {
@@ -94,6 +94,7 @@ _EXTRA_REQUIREMENTS = {
         "msgpack_numpy": "msgpack-numpy",
     },
     "sb3": {"stable_baselines3": "stable-baselines3", "torch": "torch", "gymnasium": "gymnasium"},
+    "lerobot": {"pyarrow": "pyarrow", "av": "av"},
 }
 
 

@@ -82,6 +82,9 @@ EXERCISED = {
         "mirror: test_rllib_offline.py::test_bc_learns_from_exported_demonstrations_to_reach_the_target_where_a_random_"
         "policy_does_not"
     ),
+    "plugrl-export --to lerobot": (
+        "mirror: test_lerobot_export.py::test_the_folder_holds_lerobots_v3_layout_with_the_recordings_frames"
+    ),
     "OMP_NUM_THREADS=1 python bench/bench_intervention.py": (
         "mirror: test_intervention_bench.py::test_the_benchmark_runs_each_variant_and_reports_success_and_the_"
         "persons_share"

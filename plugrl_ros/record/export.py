@@ -9,6 +9,10 @@ chosen from the configuration recorded at the start.
 ``--to rllib --output OUT --config robot.yaml`` writes the episodes of a train or teleop
 recording as RLlib's offline data instead (:mod:`plugrl_ros.rllib.offline`;
 the rllib extra), with the widths the recording holds.
+
+``--to lerobot --output OUT`` writes them as a LeRobotDataset v3.0 folder
+(:mod:`plugrl_ros.lerobot.export`; the lerobot extra), with the widths, names
+and rate the recording holds.
 """
 
 from __future__ import annotations
@@ -31,13 +35,18 @@ from plugrl_ros.record.teleop_export import TeleopEpisodeAssembler
 from plugrl_ros.record.train_export import EpisodeAssembler
 
 
-def recorded_mode(path: Path) -> str:
-    """The bridge's mode (``train`` or ``deploy``), from the configuration that opens every recording."""
+def recorded_parameters(path: Path) -> dict[str, Any]:
+    """The bridge's parameters, from the configuration that opens every recording ({} if it is missing)."""
     for rec in RecordingReader(path):
         if rec.topic == channels.CONFIG_TOPIC:
-            return str(json.loads(rec.msg.data).get("parameters", {}).get("mode", "train"))
+            return dict(json.loads(rec.msg.data).get("parameters", {}))
         break
-    return "train"
+    return {}
+
+
+def recorded_mode(path: Path) -> str:
+    """The bridge's mode (``train``, ``deploy`` or ``teleop``), from the configuration that opens every recording."""
+    return str(recorded_parameters(path).get("mode", "train"))
 
 
 def assembler_for(mode: str) -> Any:
@@ -68,7 +77,8 @@ USAGE = "Write it as: plugrl-export FILE.mcap... --to FORMAT --output DIR"
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="plugrl-export",
-        description="Export a plugrl_ros recording's episodes as arrays (npz) or as RLlib offline data (rllib).",
+        description="Export a plugrl_ros recording's episodes as arrays (npz), as RLlib offline data (rllib) or as "
+        "a LeRobotDataset (lerobot).",
     )
     parser.add_argument("files", nargs="*", type=Path, help="MCAP files (the parts of a rotated run, in order)")
     parser.add_argument(
@@ -76,8 +86,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="FORMAT",
         required=True,
-        help="'npz' (one .npz per episode) or 'rllib' (episodes RLlib's offline_data reads); the files may "
-        "follow it (plugrl-export --to rllib run_*.mcap --output DIR)",
+        help="'npz' (one .npz per episode), 'rllib' (episodes RLlib's offline_data reads) or 'lerobot' (a "
+        "LeRobotDataset v3.0 folder); the files may follow it (plugrl-export --to rllib run_*.mcap --output DIR)",
     )
     parser.add_argument("--output", type=Path, help="the folder to write into")
     rllib = parser.add_argument_group("--to rllib: the runner's spaces (as plugrl_ros.rllib.robot_spaces builds them)")
@@ -103,6 +113,16 @@ def _parser() -> argparse.ArgumentParser:
         action="store_false",
         help="store actions in action units (RLlib's normalize_actions=False); default: normalised as the module's",
     )
+    lerobot = parser.add_argument_group("--to lerobot")
+    lerobot.add_argument("--task", help="every frame's task (default: the recording's text observation)")
+    lerobot.add_argument(
+        "--video-codec",
+        choices=("av1", "lossless", "png"),
+        default="av1",
+        help="'av1': videos as LeRobot writes them by default (SVT-AV1, yuv420p, CRF 30; small, lossy); "
+        "'lossless': videos in H.264 RGB, quantiser 0 (every pixel as recorded, several times larger); 'png': no "
+        "videos, each image a PNG in its frame's Parquet row (LeRobot's image features; lossless, largest)",
+    )
     return parser
 
 
@@ -117,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(folders) > 1:
         parser.error(f"--to takes one format; {', '.join(map(str, folders))}: not MCAP files. {USAGE}")
     out = folders[0] if folders else args.output
-    if fmt not in ("npz", "rllib"):
-        parser.error(f"--to: format {fmt!r} is not supported; supported: npz, rllib")
+    if fmt not in ("npz", "rllib", "lerobot"):
+        parser.error(f"--to: format {fmt!r} is not supported; supported: npz, rllib, lerobot")
     if not args.files:
         parser.error(f"give the recording's MCAP files. {USAGE}")
     if out is None:
@@ -131,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = recorded_mode(args.files[0])
     if fmt == "rllib":
         return _export_rllib(parser, args, mode, out)
+    if fmt == "lerobot":
+        return _export_lerobot(parser, args, mode, out)
     out.mkdir(parents=True, exist_ok=True)
     assembler = assembler_for(mode)
     readers: list[RecordingReader] = []
@@ -218,6 +240,40 @@ def _export_rllib(parser: argparse.ArgumentParser, args: argparse.Namespace, mod
         f"wrote {counts.episodes} RLlib episode(s), {counts.steps} RL step(s) of H = {horizon} "
         f"({counts.intervened_steps} commanded by a person) to {out}: "
         f"config.offline_data(input_=[{str(out)!r}], input_read_episodes=True)"
+    )
+    return 0
+
+
+def _export_lerobot(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str, out: Path) -> int:
+    if out.exists() and any(out.iterdir()):
+        parser.error(f"--to lerobot: {out} is not empty; a dataset is written into a new folder")
+    try:
+        from plugrl_ros.lerobot.export import export_lerobot
+    except ImportError as exc:
+        print(
+            f"plugrl-export: --to lerobot needs the lerobot extra (pip install 'plugrl_ros[lerobot]'): {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    assembler = assembler_for(mode)
+    readers: list[RecordingReader] = []
+    recorded = (
+        (mode, ep.arrays, f"env {ep.env} episode {ep.index}") for ep in iter_episodes(args.files, assembler, readers)
+    )
+    try:
+        counts = export_lerobot(recorded, recorded_parameters(args.files[0]), out, args.task, args.video_codec)
+    except ValueError as exc:
+        print(f"plugrl-export: --to lerobot: {exc}", file=sys.stderr)
+        return 2
+    _report(readers, assembler, mode)
+    for reason in counts.skipped:
+        print(f"skipped {reason}", file=sys.stderr)
+    if not counts.episodes:
+        print("plugrl-export: the recording holds no episode with LeRobot frames to export", file=sys.stderr)
+        return 2
+    print(
+        f"wrote {counts.episodes} LeRobot episode(s), {counts.frames} frame(s) to {out}: "
+        f"LeRobotDataset(repo_id, root={str(out)!r})"
     )
     return 0
 
