@@ -19,7 +19,7 @@ pytest.importorskip("av")
 
 from harness import ROOT, process, python_module
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.lerobot]
 
 DEMO = ROOT / "config" / "demo.yaml"
 PERSON = ROOT / "config" / "demo_intervention.yaml"

@@ -19,7 +19,7 @@ from test_faults import probe_bridge_command, probe_robot, shown, trainer_settin
 from plugrl_ros.record.export import iter_episodes
 from plugrl_ros.record.train_export import EpisodeAssembler
 
-pytestmark = [pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.ros, pytest.mark.websockets, pytest.mark.slow, pytest.mark.lerobot, pytest.mark.timeout(180)]
 
 
 def record(tmp_path, horizon: int) -> list:
