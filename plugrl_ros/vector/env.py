@@ -184,7 +184,7 @@ class RobotVectorEnv(gym.vector.VectorEnv):
             return None
         return self._server.failure or RuntimeError("the bridge server is not serving")
 
-    def _check_server(self) -> None:
+    def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("the vector env is closed")
 
@@ -200,13 +200,13 @@ class RobotVectorEnv(gym.vector.VectorEnv):
         if seed is not None:
             self._np_random, _ = gym.utils.seeding.np_random(seed if isinstance(seed, int) else seed[0])
             self.action_space.seed(seed if isinstance(seed, int) else seed[0])
-        self._check_server()
+        self._check_open()
         rows = self._slots.observe(self.settings.connect_timeout_s)
         infos = {"bridge": np.array(self._slots.links()), "_bridge": np.ones(self.num_envs, bool)}
         return self._batch(rows), infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        self._check_server()
+        self._check_open()
         actions = np.asarray(actions, dtype=np.float32).reshape(self.num_envs, -1)
         results = self._slots.step(actions)
         observations = self._batch([result.observation for result in results])

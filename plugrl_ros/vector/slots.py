@@ -90,7 +90,6 @@ class _Slot:
     link: int | None = None
     env: int | None = None
     waiting: _Waiting | None = None  # its infer, until the trainer's action answers it
-    acting: bool = False  # answered; its feedback has not come
     outcome: _Outcome | None = None  # the feedback of the running step
     lost: bool = False  # its robot left during its episode (until the step that reports it)
     shown: Observation | None = None  # the observation the trainer holds for it
@@ -214,7 +213,6 @@ class Slots:
         envs = self._bridges.slots.get(event.link, {})
         for row, env in enumerate(event.envs):
             slot = self._slots[envs[env]]
-            slot.acting = False
             slot.last = event.observations[row]
             slot.outcome = _Outcome(
                 event.observations[row],
@@ -238,7 +236,6 @@ class Slots:
                 )
             slot.link = slot.env = None
             slot.waiting = None
-            slot.acting = False
             slot.last = None
 
     # -- the trainer's thread ---------------------------------------------------------
@@ -294,7 +291,6 @@ class Slots:
             infers.setdefault(id(waiting.event), (waiting.event, {}))[1][slot.env] = chunks[:, slot.index]  # type: ignore[index]
             slot.wait_s = now - waiting.read_at
             slot.waiting = None
-            slot.acting = True
         for event, by_env in infers.values():
             if set(by_env) != set(event.envs):
                 slot_of = self._bridges.slots.get(event.link, {})
@@ -407,14 +403,9 @@ class Slots:
             f"{robots} of {len(self._slots)} slots held)"
         )
 
-    # -- figures ----------------------------------------------------------------------
+    # -- what the env reports ----------------------------------------------------------
 
     def links(self) -> list[int]:
         """Each slot's bridge connection (-1: none)."""
         with self._lock:
             return [slot.link if slot.link is not None else -1 for slot in self._slots]
-
-    def held(self) -> int:
-        """Slots a robot holds now."""
-        with self._lock:
-            return sum(slot.link is not None for slot in self._slots)
