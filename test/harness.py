@@ -518,3 +518,23 @@ def per_env_chunk(horizon: int) -> Callable:
         return chunk
 
     return actions
+
+
+def record_demo_teleop(record: Path, seconds: float, image_size: int, *person: str) -> tuple[int, str]:
+    """The demo reachers (timer mode) in teleop mode with the scripted person (``person``: plugrl-demo-teleop's
+    options), recorded into ``record`` for ``seconds``; the bridge's exit status (Ctrl-C) and its output."""
+    demo, intervention = ROOT / "config" / "demo.yaml", ROOT / "config" / "demo_intervention.yaml"
+    robot = python_module(
+        "plugrl_ros.demo.robot_node", "--envs", "2", "--mode", "timer", "--image-size", str(image_size)
+    )
+    bridge = python_module(
+        "plugrl_ros.node.bridge_main",
+        *("--ros-args", "--params-file", str(demo), "--params-file", str(intervention)),
+        *("-p", "mode:=teleop", "-p", "control.mode:=timer", "-p", f"record.path:={record}"),
+    )
+    with process(robot), process(python_module("plugrl_ros.demo.teleop_node", *person)), process(bridge) as bridged:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and bridged.proc.poll() is None:
+            time.sleep(0.5)
+        code = bridged.stop(30)  # Ctrl-C: the recording is closed whole
+        return code, bridged.output()

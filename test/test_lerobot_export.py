@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +16,11 @@ import pytest
 pytest.importorskip("pyarrow")
 pytest.importorskip("av")
 
-from harness import ROOT, process, python_module
+from harness import ROOT, python_module, record_demo_teleop
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.lerobot]
 
 DEMO = ROOT / "config" / "demo.yaml"
-PERSON = ROOT / "config" / "demo_intervention.yaml"
 RECORD_S = 14.0
 TASK = "reach the target"
 STATE_NAMES = [
@@ -40,20 +38,9 @@ STATE_NAMES = [
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory) -> list[Path]:
     record = tmp_path_factory.mktemp("recording")
-    robot = python_module("plugrl_ros.demo.robot_node", "--envs", "2", "--mode", "timer", "--image-size", "64")
     # a person who rests now and then (drives only when the arm strays), so demonstrations are cut
-    person = python_module("plugrl_ros.demo.teleop_node", "--minutes", "0", "--stray", "0.05", "--patience", "0.3")
-    bridge = python_module(
-        "plugrl_ros.node.bridge_main",
-        *("--ros-args", "--params-file", str(DEMO), "--params-file", str(PERSON)),
-        *("-p", "mode:=teleop", "-p", "control.mode:=timer", "-p", f"record.path:={record}"),
-    )
-    with process(robot), process(person), process(bridge) as bridged:
-        deadline = time.monotonic() + RECORD_S
-        while time.monotonic() < deadline and bridged.proc.poll() is None:
-            time.sleep(0.5)
-        code = bridged.stop(30)  # Ctrl-C: the recording is closed whole
-        output = bridged.output()
+    person = ("--minutes", "0", "--stray", "0.05", "--patience", "0.3")
+    code, output = record_demo_teleop(record, RECORD_S, 64, *person)
     assert code == 0, output[-3000:]
     return sorted(record.glob("*.mcap"))
 

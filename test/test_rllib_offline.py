@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 
 pytest.importorskip("ray.rllib")
 
-from harness import ROOT, process, python_module
+from harness import ROOT, python_module, record_demo_teleop
 
 from plugrl_ros.demo.reacher import Reacher, ReacherSpec
 from plugrl_ros.rllib.offline import packed, rllib_episode, teleop_episodes, train_episodes, write_parquet
@@ -31,7 +30,6 @@ from plugrl_ros.serve.spaces import robot_spaces
 pytestmark = [pytest.mark.rllib]
 
 DEMO = ROOT / "config" / "demo.yaml"
-PERSON = ROOT / "config" / "demo_intervention.yaml"
 RECORD_S = 40.0  # about 25 demonstrations on two reachers at 20 Hz
 
 
@@ -190,22 +188,9 @@ def test_the_replay_buffer_draws_the_demonstration_share_of_every_batch_however_
 @pytest.mark.timeout(600)
 def test_bc_learns_from_exported_demonstrations_to_reach_the_target_where_a_random_policy_does_not(tmp_path):
     record, offline = tmp_path / "recording", tmp_path / "offline"
-    robot = python_module("plugrl_ros.demo.robot_node", "--envs", "2", "--mode", "timer", "--image-size", "16")
     # a demonstrator: drives from the first moment (no patience) and all the way onto the target
-    person = python_module(
-        "plugrl_ros.demo.teleop_node", "--minutes", "0", "--stray", "0", "--patience", "0", "--release", "0.01"
-    )
-    bridge = python_module(
-        "plugrl_ros.node.bridge_main",
-        *("--ros-args", "--params-file", str(DEMO), "--params-file", str(PERSON)),
-        *("-p", "mode:=teleop", "-p", "control.mode:=timer", "-p", f"record.path:={record}"),
-    )
-    with process(robot), process(person), process(bridge) as bridged:
-        deadline = time.monotonic() + RECORD_S
-        while time.monotonic() < deadline and bridged.proc.poll() is None:
-            time.sleep(0.5)
-        code = bridged.stop(30)  # Ctrl-C: the recording is closed whole
-        output = bridged.output()
+    person = ("--minutes", "0", "--stray", "0", "--patience", "0", "--release", "0.01")
+    code, output = record_demo_teleop(record, RECORD_S, 16, *person)
     assert code == 0, output[-3000:]
     # the natural order, and no widths: the recording holds them (--images '' only chooses what BC reads)
     export = python_module(
