@@ -85,6 +85,9 @@ def test_nested_maps_for_policies_that_read_them_and_a_flat_ros_parameter_file()
             "policy.execution.request_ahead_steps",
             "below policy.action_horizon (10)",
         ),
+        # one-step chunks run only in sync: in switch every answer would come after its one step
+        ({"action_horizon": 1}, "policy.execution.mode", "got 'switch'; policy.action_horizon is 1"),
+        ({"action_horizon": 1, "execution": {"mode": "ensemble"}}, "policy.execution.mode", "use policy.execution"),
         ({"execution": {"crossfade_steps": 0}}, "policy.execution.crossfade_steps", "at least 1"),
         ({"execution": {"ensemble_rate": float("nan")}}, "policy.execution.ensemble_rate", "finite"),
         ({"execution": {"rate": 1}}, "policy.execution.rate", "known keys"),

@@ -228,6 +228,14 @@ def test_a_robot_requests_only_when_connected_and_its_sources_are_ready():
     assert robot.tick(lambda: ready).action is not None
 
 
+def test_a_server_announcing_one_step_chunks_is_warned_of_unless_the_robot_runs_sync():
+    announced = PolicyConnected(1, "ws://127.0.0.1:1", ServerMetadata({}, 1, 3))
+    note = _robot().on_event(announced)  # switch, the default: every answer would come after its one step
+    assert note.level == "warn" and "(H=1) in switch" in note.text and "policy.execution.mode: sync" in note.text
+    synced = DeployRobot(PolicyRunner(ExecutionSettings(mode="sync"), PERIOD, _Clock()), LAYOUT)
+    assert synced.on_event(announced).level == "info"
+
+
 def test_an_answer_from_a_connection_already_lost_never_runs():
     robot = _robot()
     robot.on_event(_connected(1))

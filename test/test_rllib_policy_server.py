@@ -177,6 +177,16 @@ def test_a_part_of_a_checkpoint_is_refused_as_not_an_algorithm_checkpoint(checkp
         checkpoint_parts(path / "learner_group")
 
 
+def test_a_checkpoint_given_by_a_relative_path_loads(checkpoint, monkeypatch):
+    """RLlib reads a relative path as a URI with no scheme, which pyarrow refuses: the server makes it absolute."""
+    from plugrl_ros.rllib.checkpoint_policy import load_checkpoint_policy
+
+    path, _ = checkpoint
+    monkeypatch.chdir(path.parent)
+    policy = load_checkpoint_policy(path.name)
+    assert policy.parts.root == path.absolute()
+
+
 def _config_with(tmp_path: Path, old: str, new: str) -> Path:
     text = DEMO.read_text()
     assert old in text

@@ -45,7 +45,7 @@ from typing import Any
 
 from plugrl_ros.params.declarations import POLICY_KEY_SEPARATORS, SPECS, Spec
 from plugrl_ros.params.section import ConfigError, Section
-from plugrl_ros.policy.execution import ExecutionSettings
+from plugrl_ros.policy.execution import ONE_STEP_CHUNKS, ExecutionSettings
 from plugrl_ros.protocol.client import ClientSettings
 from plugrl_ros.protocol.policy.request import RequestInput, RequestLayout
 from plugrl_ros.protocol.policy.session import Expectation
@@ -167,6 +167,8 @@ def _layout(s: Section, separator: str, sources: Collection[str]) -> RequestLayo
 
 def _execution(s: Section, latency: Section, horizon: int) -> ExecutionSettings:
     mode = s.str("mode")
+    if horizon == 1 and mode != "sync":
+        raise ConfigError(s.key("mode"), mode, f"policy.action_horizon is 1: {ONE_STEP_CHUNKS}")
     ahead = s.int("request_ahead_steps")
     if ahead and horizon and ahead >= horizon:
         raise ConfigError(

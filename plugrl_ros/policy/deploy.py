@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from plugrl_ros.policy.execution import ONE_STEP_CHUNKS
 from plugrl_ros.policy.runner import PolicyRunner
 from plugrl_ros.protocol.backoff import Backoff
 from plugrl_ros.protocol.client import ClientSettings, ConnectFailed, Notice
@@ -97,6 +98,9 @@ class DeployRobot:
             self.epoch = event.epoch
             self.runner.on_connected()
             shape = f"H={event.metadata.horizon}" if event.metadata.horizon else "H not announced"
+            if event.metadata.horizon == 1 and self.runner.settings.mode != "sync":
+                where = f"connected to the policy server {event.uri} ({shape}) in {self.runner.settings.mode}"
+                return Note("warn", f"{where}: {ONE_STEP_CHUNKS}")
             return Note("info", f"connected to the policy server {event.uri} ({shape})")
         if isinstance(event, ChunkReceived):
             if event.epoch != self.epoch:

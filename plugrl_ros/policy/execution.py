@@ -35,6 +35,11 @@ from dataclasses import dataclass
 import numpy as np
 
 MODES = ("sync", "switch", "ensemble", "crossfade")
+# why chunks of one step run only in sync (a config error at startup; a warning when a server announces H = 1)
+ONE_STEP_CHUNKS = (
+    "a chunk of one step has run before the answer to the request made during it can come, so in every mode but "
+    "sync each answer would be dropped as late and the robot would stand still; use policy.execution.mode: sync"
+)
 
 
 @dataclass(frozen=True)

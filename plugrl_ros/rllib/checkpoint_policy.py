@@ -59,7 +59,7 @@ class CheckpointParts:
 
 def checkpoint_parts(path: str | Path, module_id: str = "default_policy") -> CheckpointParts:
     """The parts of the Algorithm checkpoint at ``path``; CheckpointError naming what is missing."""
-    root = Path(path)
+    root = Path(path).absolute()  # RLlib reads a relative path as a URI without a scheme (pyarrow refuses it)
     expected = "an RLlib Algorithm checkpoint (the folder algo.save_to_path() or algo.save() writes)"
     if not root.is_dir():
         raise CheckpointError(f"{root}: no such folder; expected {expected}")
