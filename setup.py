@@ -78,6 +78,8 @@ setup(
         "sb3": pinned("sb3"),
         # plugrl-export --to lerobot: LeRobotDataset folders written with pyarrow and PyAV (no LeRobot, no torch)
         "lerobot": pinned("lerobot"),
+        # plugrl-policy-server --lerobot: LeRobot's policies with LeRobot itself (its torch pin: a CUDA torch 2.10)
+        "lerobot-policy": pinned("lerobot-policy"),
     },
     zip_safe=True,
     maintainer="plugrl_ros maintainers",

@@ -47,9 +47,11 @@ if [ -f "$marker" ] && [ "$(sed -n 1p "$marker")" != "$wheels" ]; then
 fi
 python="${PYTHON:-python3}"
 cd "$root"
-# setup.py reads the extras' pins (requirements/gym.txt, rllib.txt, sb3.txt, lerobot.txt) into the package's metadata: hashed always
+# setup.py reads the extras' pins (requirements/gym.txt, rllib.txt, sb3.txt, lerobot*.txt) into the package's metadata:
+# hashed always
 hash="$( (cat "requirements/ros-$wheels.txt" requirements/base.txt requirements/dev.txt setup.py plugrl_ros/executables.py \
-    requirements/gym.txt requirements/rllib.txt requirements/sb3.txt requirements/lerobot.txt; echo "$extra"; \
+    requirements/gym.txt requirements/rllib.txt requirements/sb3.txt requirements/lerobot.txt \
+    requirements/lerobot-policy.txt; echo "$extra"; \
     for name in ${extras//,/ }; do cat "requirements/$name.txt"; done) | sha256sum | cut -c1-16)"
 stamp="$venv/.plugrl-ros-setup-$hash"
 if [ -f "$stamp" ]; then

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -28,6 +29,7 @@ from std_msgs.msg import Float64MultiArray
 from trainer_fixture import Record
 
 from plugrl_ros import executables
+from plugrl_ros.protocol import codec
 from plugrl_ros.ros.qos import qos_profile
 from plugrl_ros.tools import serving
 from plugrl_ros.tools.test_trainer import Report, TestTrainer, TrainerSettings
@@ -538,3 +540,26 @@ def record_demo_teleop(record: Path, seconds: float, image_size: int, *person: s
             time.sleep(0.5)
         code = bridged.stop(30)  # Ctrl-C: the recording is closed whole
         return code, bridged.output()
+
+
+def serving_policy(command: list[str], env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """``plugrl-policy-server`` started by ``command``, once it says where it listens: the process and its URI."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        found = re.search(r"listening on (wss?://\S+)", line)
+        if found:
+            return proc, found.group(1).replace("127.0.0.1", "localhost")
+    raise AssertionError("the server did not start:\n" + "".join(seen))
+
+
+async def ask_policy_server(uri: str, request: dict, headers: dict | None = None) -> tuple[dict, dict]:
+    """One request to an openpi-compatible policy server: its metadata and its answer."""
+    from websockets.asyncio.client import connect
+
+    async with connect(uri, max_size=None, additional_headers=headers) as ws:
+        metadata = codec.unpackb(await asyncio.wait_for(ws.recv(), 60.0))
+        await ws.send(codec.packb(request))
+        return metadata, codec.unpackb(await asyncio.wait_for(ws.recv(), 60.0))

@@ -101,6 +101,8 @@ FORBIDDEN["sb3"] = (*_THE_BRIDGE, "plugrl_ros.rllib", "ray")
 FORBIDDEN["rllib"] = (*FORBIDDEN["rllib"], "plugrl_ros.vector", "plugrl_ros.sb3", "stable_baselines3")
 # the LeRobot writer takes episodes' arrays and the recorded parameters; it reads no recording and knows no trainer
 FORBIDDEN["lerobot"] = (*_THE_BRIDGE, "plugrl_ros.rllib", "plugrl_ros.serve", "ray", "torch", "lerobot")
+# LeRobot's policies served: a backend of the one policy server, on LeRobot alone (no other trainer's library)
+FORBIDDEN["lerobot_policy"] = (*_THE_BRIDGE, "plugrl_ros.rllib", "plugrl_ros.sb3", "ray", "stable_baselines3")
 
 # The optional extras are never imported by the bridge's layers (nor by what they stand on).
 EXTRAS = (
@@ -115,6 +117,7 @@ EXTRAS = (
     "mujoco",
     "stable_baselines3",
     "plugrl_ros.lerobot",
+    "plugrl_ros.lerobot_policy",
     "pyarrow",
     "av",
     "lerobot",

@@ -33,7 +33,10 @@ def flat_params(path: Path) -> dict:
 
 
 # a second --params-file over a shipped config, with the -p overrides its comment gives
-OVERLAYS = {"demo_intervention.yaml": ("demo.yaml", {"control.mode": "timer"})}
+OVERLAYS = {
+    "demo_intervention.yaml": ("demo.yaml", {"control.mode": "timer"}),
+    "demo_lerobot.yaml": ("demo.yaml", {"mode": "deploy", "control.mode": "timer"}),
+}
 
 
 @pytest.mark.parametrize("name", SHIPPED_CONFIGS)
@@ -44,8 +47,11 @@ def test_every_shipped_config_is_valid(name):
         params = {**flat_params(ROOT / "config" / base), **overrides, **params}
     config = load_config(params)
     assert config.actions and (config.images or config.states)
-    if name in OVERLAYS:
+    if name == "demo_intervention.yaml":
         assert config.intervention is not None
+    if name == "demo_lerobot.yaml":  # the image joins the states the demo sends; H is the server's
+        sent = {item.source for item in config.policy.layout.inputs}
+        assert sent == {"states.joints", "states.target", "images.camera"} and config.policy.action_horizon == 0
 
 
 def test_a_shipped_config_with_a_typo_fails_naming_the_key(tmp_path):
@@ -83,7 +89,7 @@ def _package_imports() -> tuple[set[str], set[str]]:
 
 
 # plugrl_ros subpackages that are pip extras (setup.py extras_require), not robot dependencies
-OPTIONAL_EXTRAS = ("rllib", "gym", "sb3", "lerobot")
+OPTIONAL_EXTRAS = ("rllib", "gym", "sb3", "lerobot", "lerobot_policy")
 # an extra's third-party imports -> the requirement in its extras_require entry that brings them
 _EXTRA_REQUIREMENTS = {
     "rllib": {
@@ -95,7 +101,11 @@ _EXTRA_REQUIREMENTS = {
     },
     "sb3": {"stable_baselines3": "stable-baselines3", "torch": "torch", "gymnasium": "gymnasium"},
     "lerobot": {"pyarrow": "pyarrow", "av": "av"},
+    # plugrl-policy-server --lerobot: LeRobot itself, which brings its torch and Gymnasium
+    "lerobot_policy": {"lerobot": "lerobot", "torch": "lerobot", "gymnasium": "lerobot"},
 }
+# a subpackage whose extra is not named as it is
+_SUBPACKAGE_EXTRAS = {"lerobot_policy": "lerobot-policy"}
 
 
 def extra_requirements(extra: str) -> list[str]:
@@ -106,7 +116,7 @@ def extra_requirements(extra: str) -> list[str]:
     return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
 
 
-@pytest.mark.parametrize("extra", OPTIONAL_EXTRAS)
+@pytest.mark.parametrize("extra", [_SUBPACKAGE_EXTRAS.get(name, name) for name in OPTIONAL_EXTRAS])
 def test_each_trainer_side_extra_pins_exactly_the_versions_ci_installs(extra):
     """A pip user's `pip install 'plugrl_ros[gym,rllib]'` resolves the versions CI tests, not the newest
     (a CUDA torch of several GB, a MuJoCo the Gymnasium envs warn about): every requirement is pinned, and
@@ -177,7 +187,7 @@ def test_every_third_party_import_is_declared_in_package_xml():
 
 @pytest.mark.parametrize("extra", sorted(_EXTRA_REQUIREMENTS))
 def test_a_trainer_extras_imports_come_with_its_extras_require_and_stay_out_of_package_xml(extra):
-    required = extra_requirements(extra)
+    required = extra_requirements(_SUBPACKAGE_EXTRAS.get(extra, extra))
     imported = set()
     for path in (ROOT / "plugrl_ros" / extra).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -20,11 +20,9 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-from harness import ROOT, process, python_module, stop
-from websockets.asyncio.client import connect
+from harness import ROOT, ask_policy_server, process, python_module, serving_policy, stop
 from websockets.exceptions import InvalidStatus
 
-from plugrl_ros.protocol import codec
 from plugrl_ros.protocol.server_auth import ServerAccess
 from plugrl_ros.sb3 import RobotVecEnv
 from plugrl_ros.vector import VectorSettings
@@ -76,34 +74,15 @@ def test_sac_trains_on_the_robots_and_sb3_sees_their_episodes(trained):
     assert len(returns) == 2 and all(r < 0 for r in returns)  # evaluate_policy, as on a Monitor-wrapped env
 
 
-async def _ask(uri: str, request: dict, headers: dict | None = None) -> tuple[dict, dict]:
-    async with connect(uri, max_size=None, additional_headers=headers) as ws:
-        metadata = codec.unpackb(await asyncio.wait_for(ws.recv(), WAIT_S))
-        await ws.send(codec.packb(request))
-        return metadata, codec.unpackb(await asyncio.wait_for(ws.recv(), WAIT_S))
-
-
-def _serving(command: list[str], env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    assert proc.stdout is not None
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        found = re.search(r"listening on (wss?://\S+)", line)
-        if found:
-            return proc, found.group(1).replace("127.0.0.1", "localhost")
-    raise AssertionError("the server did not start:\n" + "".join(seen))
-
-
 def test_the_policy_server_answers_with_the_models_deterministic_action(trained):
     from stable_baselines3 import SAC
 
     path, _, _ = trained
     command = python_module("plugrl_ros.tools.policy_server", "--sb3", str(path), "--config", str(DEMO), "--port", "0")
-    proc, uri = _serving(command)
+    proc, uri = serving_policy(command)
     try:
         joints, target = np.array([0.1, -0.2, 0.0, 0.3]), np.array([0.05, 0.02, 0.1, -0.1])
-        metadata, answer = asyncio.run(_ask(uri, {"state/joints": joints, "state/target": target}))
+        metadata, answer = asyncio.run(ask_policy_server(uri, {"state/joints": joints, "state/target": target}))
     finally:
         stop(proc)
     assert metadata["action_horizon"] == 1 and metadata["action_dim"] == 2
@@ -122,13 +101,13 @@ def test_with_a_key_set_the_sb3_server_refuses_a_keyless_handshake_with_401(trai
         "plugrl_ros.tools.policy_server", "--sb3", str(path), "--config", str(DEMO), "--port", "0",
         "--api-key-env", "PLUGRL_TEST_SB3_KEY",
     )  # fmt: skip
-    proc, uri = _serving(command, {**os.environ, "PLUGRL_TEST_SB3_KEY": key})
+    proc, uri = serving_policy(command, {**os.environ, "PLUGRL_TEST_SB3_KEY": key})
     try:
         with pytest.raises(InvalidStatus) as refused:
-            asyncio.run(_ask(uri, {}))
+            asyncio.run(ask_policy_server(uri, {}))
         assert refused.value.response.status_code == 401
         request = {"state/joints": np.zeros(4), "state/target": np.zeros(4)}
-        _, answer = asyncio.run(_ask(uri, request, {"Authorization": f"Api-Key {key}"}))
+        _, answer = asyncio.run(ask_policy_server(uri, request, {"Authorization": f"Api-Key {key}"}))
         assert answer["actions"].shape == (1, 2)
     finally:
         stop(proc)

@@ -484,7 +484,7 @@ def test_every_policy_server_backend_serves_through_the_one_gated_server():
     package = Path(executables.__file__).parent
     server = (package / "serve" / "policy_server.py").read_text()
     assert "add_access_options(" in server and "access=self.access" in server
-    assert sorted(BACKENDS) == ["rllib", "sb3"]
+    assert sorted(BACKENDS) == ["lerobot", "rllib", "sb3"]
     for _, _, module in BACKENDS.values():
         source = (package / Path(*module.split(".")[1:])).with_suffix(".py").read_text()
         assert "from plugrl_ros.serve.policy_server import" in source and "load_and_serve(" in source, module

@@ -33,8 +33,8 @@ import numpy as np
 
 from plugrl_ros.params.section import ConfigError
 from plugrl_ros.serve.policy_server import EXIT_BAD_INPUT, SERVER_NAME, LoadedPolicy, load_and_serve, parse
-from plugrl_ros.serve.request_reader import ConfigMismatch, RequestReader
-from plugrl_ros.serve.spaces import _parameters
+from plugrl_ros.serve.request_reader import ConfigMismatch, RequestReader, states_vector_space
+from plugrl_ros.serve.spaces import ParamsFiles, _parameters
 
 log = logging.getLogger("plugrl_ros.sb3.policy_server")
 
@@ -81,13 +81,13 @@ def load_model(path: str | Path, algorithm: str | None) -> Any:
         raise ModelError(f"{model_path}: Stable-Baselines3's {name}.load failed: {exc}") from exc
 
 
-def nested_space(model_space: gym.spaces.Space, params_file: str | Path) -> tuple[gym.spaces.Dict, list[str] | None]:
+def nested_space(model_space: gym.spaces.Space, params_file: ParamsFiles) -> tuple[gym.spaces.Dict, list[str] | None]:
     """The robot's ``{"states", "images"}`` space the model reads, and the states' order if it reads one vector.
 
     A ``Dict`` model space names states and images (RobotVecEnv's default form); a flat ``Box`` is the
     file's states, concatenated in name order (``observation="box"``).
     """
-    observations = _parameters(Path(params_file)).get("observations", {})
+    observations = _parameters(params_file).get("observations", {})
     states = sorted((observations.get("states") or {}).keys())
     images = sorted((observations.get("images") or {}).keys())
     if isinstance(model_space, gym.spaces.Dict):
@@ -104,33 +104,8 @@ def nested_space(model_space: gym.spaces.Space, params_file: str | Path) -> tupl
                 )
         return gym.spaces.Dict({g: gym.spaces.Dict(b) for g, b in groups.items() if b}), None
     if isinstance(model_space, gym.spaces.Box) and len(model_space.shape) == 1:
-        return _box_as_states(model_space, params_file, states), states
+        return states_vector_space(model_space.shape[0], params_file, states), states
     raise ConfigMismatch(f"the model's observation space {model_space} is not one RobotVecEnv makes")
-
-
-def _box_as_states(space: gym.spaces.Box, params_file: str | Path, states: list[str]) -> gym.spaces.Dict:
-    """A flat vector of every state in name order: each state's width from the file (one may be left to fill)."""
-    from plugrl_ros.serve.spaces import robot_spaces
-
-    widths: dict[str, int | None] = {}
-    for name in states:
-        try:
-            box = robot_spaces(params_file, states=[name], images=[]).observation_space["states"][name]
-            widths[name] = int(box.shape[0])
-        except ConfigError:
-            widths[name] = None  # its width depends on the messages
-    unknown = [name for name, width in widths.items() if width is None]
-    rest = space.shape[0] - sum(width for width in widths.values() if width is not None)
-    if len(unknown) > 1 or (unknown and rest < 1) or (not unknown and rest != 0):
-        raise ConfigMismatch(
-            f"the model reads one vector of {space.shape[0]} values; the file's states {states} in name order "
-            f"are {widths} wide (None: set by the messages)"
-        )
-    if unknown:
-        widths[unknown[0]] = rest
-    return gym.spaces.Dict(
-        {"states": gym.spaces.Dict({n: gym.spaces.Box(-np.inf, np.inf, (w,), np.float32) for n, w in widths.items()})}
-    )
 
 
 def load(args: argparse.Namespace) -> LoadedPolicy:

@@ -12,7 +12,8 @@ logs it, idles that robot and reconnects. ``GET /healthz`` answers 200.
 This module holds the server, the command line and the run; the backends
 load a policy and say how it acts: ``--rllib CHECKPOINT``
 (:mod:`plugrl_ros.rllib.policy_server`) and ``--sb3 MODEL.zip``
-(:mod:`plugrl_ros.sb3.policy_server`). Every backend listens through
+(:mod:`plugrl_ros.sb3.policy_server`) and ``--lerobot PRETRAINED_DIR``
+(:mod:`plugrl_ros.lerobot_policy.policy_server`). Every backend listens through
 :func:`~plugrl_ros.tools.serving.serve_trainer`, so behind the package's one
 access gate (API key, TLS). Which request key holds which state or image
 comes from the bridge's own params file
@@ -62,6 +63,8 @@ class LoadedPolicy:
     action_dim: int
     policy: str  # what the metadata's "policy" says it is
     source: str  # the checkpoint or model it came from
+    # for a policy that keeps a history of its robot's observations: a fresh ``act`` for each connection
+    connect: Callable[[], Callable[[Any], np.ndarray]] | None = None
 
 
 class PolicyServer:
@@ -91,10 +94,11 @@ class PolicyServer:
             "action_dim": self.loaded.action_dim,
         }
 
-    def answer(self, request: Any) -> dict[str, Any]:
-        """The answer to one decoded request (raises on a request unlike the policy's observations)."""
+    def answer(self, request: Any, act: Callable[[Any], np.ndarray] | None = None) -> dict[str, Any]:
+        """The answer to one decoded request (raises on a request unlike the policy's observations); ``act``:
+        the connection's own, for a policy that keeps a history."""
         started = time.perf_counter()
-        actions = self.loaded.act(request)
+        actions = (act or self.loaded.act)(request)
         return {ACTION_KEY: actions, "server_timing": {"infer_ms": (time.perf_counter() - started) * 1000}}
 
     async def start(self) -> int:
@@ -111,6 +115,7 @@ class PolicyServer:
 
     async def _handle(self, ws: ServerConnection) -> None:
         await ws.send(codec.packb(self.metadata()))
+        act = self.loaded.connect() if self.loaded.connect is not None else self.loaded.act
         while True:
             try:
                 frame = await ws.recv()
@@ -119,7 +124,7 @@ class PolicyServer:
             try:
                 if isinstance(frame, str):
                     raise TypeError("expected a binary msgpack frame holding an observation, got a text frame")
-                answer = self.answer(codec.unpackb(frame))
+                answer = self.answer(codec.unpackb(frame), act)
             except Exception:  # what one robot sent: it hears why, as openpi's server tells it; the others go on
                 self.failures += 1
                 log.exception("a request from %s failed; closing that connection (1011)", ws.remote_address)
@@ -147,20 +152,27 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=SERVER_NAME,
         description="Serve a trained policy (no exploration) to bridges in mode: deploy, as an openpi-compatible "
-        "websocket policy server: an RLlib checkpoint (--rllib, the rllib extra) or a Stable-Baselines3 model "
-        "(--sb3, the sb3 extra).",
+        "websocket policy server: an RLlib checkpoint (--rllib, the rllib extra), a Stable-Baselines3 model "
+        "(--sb3, the sb3 extra) or a LeRobot policy (--lerobot, the lerobot-policy extra).",
     )
     backend = p.add_mutually_exclusive_group(required=True)
     backend.add_argument("--rllib", metavar="CHECKPOINT", help="an RLlib Algorithm checkpoint folder")
     backend.add_argument(
         "--sb3", metavar="MODEL_ZIP", help="a Stable-Baselines3 model (model.save's .zip) trained on RobotVecEnv"
     )
+    backend.add_argument(
+        "--lerobot",
+        metavar="PRETRAINED_DIR",
+        help="a LeRobot policy's folder (lerobot-train's checkpoints/.../pretrained_model: ACT, Diffusion Policy, ...)",
+    )
     p.add_argument(
         "--config",
         required=True,
+        nargs="+",
         metavar="PARAMS_FILE",
-        help="the bridge's params file: its policy.observations say which request key holds each state and image; "
-        "its observations and actions are checked against the policy",
+        help="the bridge's params file (or files, in its --params-file order: a later file's value wins): its "
+        "policy.observations say which request key holds each state and image; its observations and actions are "
+        "checked against the policy",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (default %(default)s)")
@@ -168,7 +180,8 @@ def parser() -> argparse.ArgumentParser:
         "--horizon",
         type=int,
         default=None,
-        help="H, steps per chunk (default: the policy's action width over the sinks' width per step)",
+        help="H, steps per chunk (default: the policy's action width over the sinks' width per step; --lerobot: the "
+        "policy's n_action_steps)",
     )
     p.add_argument("--module-id", default="default_policy", help="--rllib: the RLModule to serve (default %(default)s)")
     p.add_argument(
@@ -186,6 +199,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.horizon is not None and args.horizon < 1:
         p.error(f"--horizon: got {args.horizon}; steps per chunk, at least 1")
+    if len(args.config) == 1:
+        (args.config,) = args.config  # one file: named as given in what the server says of it
     return args
 
 

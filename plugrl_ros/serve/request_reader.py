@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -29,7 +28,7 @@ from plugrl_ros.params.section import ConfigError, Section
 from plugrl_ros.protocol.policy.request import RequestLayout
 from plugrl_ros.serve.chunks import ChunkMapping
 from plugrl_ros.serve.observations import GROUPS, ObservationReader, SpaceMismatch
-from plugrl_ros.serve.spaces import _parameters, robot_spaces
+from plugrl_ros.serve.spaces import ParamsFiles, _parameters, robot_spaces
 
 
 class ConfigMismatch(ValueError):
@@ -48,7 +47,7 @@ class RequestReader:
     @classmethod
     def from_params_file(
         cls,
-        params_file: str | Path,
+        params_file: ParamsFiles,
         observation_space: gym.spaces.Space,
         action_space: gym.spaces.Space,
         horizon: int | None = None,
@@ -61,7 +60,7 @@ class RequestReader:
         ObservationReader(observation_space)  # a robot_spaces()-shaped Dict, or ValueError saying so
         assert isinstance(observation_space, gym.spaces.Dict)
         wanted = [(group, name) for group in GROUPS for name in observation_space.spaces.get(group, {})]
-        values = _parameters(Path(params_file))
+        values = _parameters(params_file)
         configured = Section(values, "").section("observations")
         sources = {f"{group}.{name}" for group in GROUPS for name in configured.section(group).names()}
         if SECTION not in values:
@@ -96,8 +95,33 @@ class RequestReader:
         return row
 
 
+def states_vector_space(width: int, params_file: ParamsFiles, states: list[str]) -> gym.spaces.Dict:
+    """The ``{"states": ...}`` space of a policy that reads one vector of ``width`` values: the file's ``states``
+    concatenated in that order, each as wide as the file fixes it (one width the messages set may be left for
+    the rest to fill); ConfigMismatch if they cannot add up to ``width``."""
+    widths: dict[str, int | None] = {}
+    for name in states:
+        try:
+            box = robot_spaces(params_file, states=[name], images=[]).observation_space["states"][name]
+            widths[name] = int(box.shape[0])
+        except ConfigError:
+            widths[name] = None  # its width depends on the messages
+    unknown = [name for name, size in widths.items() if size is None]
+    rest = width - sum(size for size in widths.values() if size is not None)
+    if len(unknown) > 1 or (unknown and rest < 1) or (not unknown and rest != 0):
+        raise ConfigMismatch(
+            f"the policy reads one vector of {width} values; the file's states {states} in name order "
+            f"are {widths} wide (None: set by the messages)"
+        )
+    if unknown:
+        widths[unknown[0]] = rest
+    return gym.spaces.Dict(
+        {"states": gym.spaces.Dict({n: gym.spaces.Box(-np.inf, np.inf, (w,), np.float32) for n, w in widths.items()})}
+    )
+
+
 def _keys(
-    layout: RequestLayout, wanted: list[tuple[str, str]], params_file: str | Path
+    layout: RequestLayout, wanted: list[tuple[str, str]], params_file: ParamsFiles
 ) -> dict[tuple[str, str], tuple[str, ...]]:
     sent = {item.source: item.path for item in layout.inputs}
     keys = {}
@@ -113,7 +137,7 @@ def _keys(
 
 
 def _file_spaces(
-    params_file: str | Path, observation_space: gym.spaces.Dict, action_space: gym.spaces.Space, horizon: int | None
+    params_file: ParamsFiles, observation_space: gym.spaces.Dict, action_space: gym.spaces.Space, horizon: int | None
 ) -> ChunkMapping:
     """Check the file's widths against the checkpoint's spaces; the chunk's shape."""
     states = observation_space.spaces.get("states", gym.spaces.Dict({}))

@@ -34,6 +34,9 @@ import yaml
 from plugrl_ros.params.section import ConfigError, Section, nest
 from plugrl_ros.serve.chunks import ChunkMapping
 
+# one params file, or several in the order the bridge's --params-file options give them
+ParamsFiles = str | Path | Sequence[str | Path]
+
 # state message types whose width is fixed: one value
 _SCALAR_STATES = {"Float64", "Float32"}
 _MULTI_ARRAY_STATES = {"Float64MultiArray", "Float32MultiArray"}
@@ -61,7 +64,7 @@ class RobotSpaces:
 
 
 def robot_spaces(
-    params_file: str | Path,
+    params_file: ParamsFiles,
     *,
     horizon: int = 1,
     states: Sequence[str] | None = None,
@@ -85,7 +88,7 @@ def robot_spaces(
     With them, the default names are those the file configures and the
     recording holds.
     """
-    values = _parameters(Path(params_file))
+    values = _parameters(params_file)
     root = Section(values, "")
     observations = root.section("observations")
     chosen_states = _chosen(observations.section("states"), states, "states", recorded)
@@ -132,8 +135,18 @@ def robot_spaces(
 # -- the file ---------------------------------------------------------------------------
 
 
-def _parameters(path: Path) -> dict[str, Any]:
-    """The nested ``ros__parameters`` of a params file (dotted names folded in), as the bridge reads it."""
+def _parameters(params_files: ParamsFiles) -> dict[str, Any]:
+    """The nested ``ros__parameters`` of a params file, or of several read in order as rcl reads
+    ``--params-file`` after ``--params-file`` (a later file's value wins), with dotted names folded in."""
+    paths = [params_files] if isinstance(params_files, (str, Path)) else list(params_files)
+    values: dict[str, Any] = {}
+    for path in map(Path, paths):
+        values.update(_flat(_node_section(path)))
+    return nest(values)
+
+
+def _node_section(path: Path) -> dict[str, Any]:
+    """The one node section's ``ros__parameters`` of the params file at ``path``."""
     try:
         document = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -149,7 +162,7 @@ def _parameters(path: Path) -> dict[str, Any]:
         raise ConfigError(
             str(path), None, f"expected one node section with ros__parameters (like '/**:'), found {len(sections)}"
         )
-    return nest(dict(_flat(sections[0])))
+    return sections[0]
 
 
 def _flat(tree: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:

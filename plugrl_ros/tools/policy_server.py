@@ -28,6 +28,12 @@ BACKENDS = {
         'or in a checkout scripts/setup-venv.sh .venv kilted "" sb3',
         "plugrl_ros.sb3.policy_server",
     ),
+    "lerobot": (
+        "lerobot.policies.factory",
+        "install the lerobot-policy extra: pip install 'plugrl_ros[lerobot-policy]' (LeRobot 0.4.4 and its torch), "
+        'or in a checkout scripts/setup-venv.sh .venv-lerobot kilted "" lerobot,lerobot-policy',
+        "plugrl_ros.lerobot_policy.policy_server",
+    ),
 }
 
 
@@ -42,7 +48,7 @@ def missing(module: str) -> str | None:
 
 def main(args: list[str] | None = None) -> int:
     options = parse(args)
-    backend = "rllib" if options.rllib is not None else "sb3"
+    backend = next(name for name in BACKENDS if getattr(options, name) is not None)
     needed, install, serving = BACKENDS[backend]
     problem = missing(needed)
     if problem is not None:
