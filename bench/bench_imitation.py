@@ -71,6 +71,7 @@ DIFFUSION_OPTIONS = {
     "policy.num_inference_steps": "10",
     "policy.pretrained_backbone_weights": "null",
     "policy.use_group_norm": "true",
+    "policy.scheduler_warmup_steps": "100",
 }
 
 
@@ -112,7 +113,7 @@ def demonstrations(folder: Path, minutes: float, image_size: int) -> list[Path]:
         )
         if code != 0:
             sys.exit(f"bench_imitation: the teleop bridge exited with {code}; see {folder / 'teleop.log'}")
-        print(f"demonstrations: {minutes:g} min recorded in {time.monotonic() - started:.0f} s", flush=True)
+        print(f"demonstrations: {60 * minutes:.0f} s recorded in {time.monotonic() - started:.0f} s", flush=True)
     return sorted(recording.glob("*.mcap"))
 
 
@@ -292,9 +293,22 @@ def deploy(
             (folder / f"{name}_bridge.log").write_text(bridge_child.output())
     finally:
         watch.close()
-    episodes = ended_episodes(sorted(recording.glob("*.mcap")))[: args.episodes]
-    returns = [r for r, _, _ in episodes]
     result = {
+        **episode_figures(name, ended_episodes(sorted(recording.glob("*.mcap")))[: args.episodes]),
+        "request_latency_median_ms": status.latency_ms if status else None,
+        "idle_steps_at_boundaries": status.idle_steps if status else None,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    result_file.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def episode_figures(name: str, episodes: list[tuple[float, int, bool]]) -> dict[str, Any]:
+    """Episodes' count, successes, return (mean, standard deviation, each) and mean length."""
+    if not episodes:
+        raise RuntimeError(f"{name}: no episode ended")
+    returns = [r for r, _, _ in episodes]
+    return {
         "policy": name,
         "episodes": len(episodes),
         "successes": sum(s for _, _, s in episodes),
@@ -303,12 +317,7 @@ def deploy(
         "sd_return": statistics.stdev(returns) if len(returns) > 1 else 0.0,
         "mean_length": statistics.fmean(n for _, n, _ in episodes),
         "returns": returns,
-        "request_latency_median_ms": status.latency_ms if status else None,
-        "idle_steps_at_boundaries": status.idle_steps if status else None,
-        "seconds": round(time.monotonic() - started, 1),
     }
-    result_file.write_text(json.dumps(result, indent=1) + "\n")
-    return result
 
 
 def ended_episodes(paths: list[Path]) -> list[tuple[float, int, bool]]:
@@ -396,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     # every server announces its chunk (ACT's n_action_steps, BC's one step); the random one ACT's
     horizon = int(ACT_OPTIONS["policy.n_action_steps"])
     results: dict[str, dict[str, Any] | None] = {}
+    # the reference: the demonstrator's own first episodes in the teleop recording (its bridge counted them alike)
+    demonstrator = episode_figures("demonstrator", ended_episodes(recording)[: args.episodes])
+    results["scripted demonstrator (recorded)"] = {**demonstrator, "request_latency_median_ms": None}
     results["ACT (LeRobot)"] = deploy("act", lerobot_server(trained["act"]["model"]), out / "deploy", args)
     if "diffusion" in trained:
         model = trained["diffusion"]["model"]
