@@ -1,8 +1,11 @@
 """Launch the plugrl_ros bridge node with a params file (all behaviour lives in the node).
 
-    ros2 launch plugrl_ros bridge.launch.py config:=my_robot.yaml [server_uri:=ws://host:8000]
-        [mode:=train|deploy|teleop] [policy_uri:=ws://host:8000] [namespace:=robot1]
-        [log_level:=debug|info|warn|error|fatal]
+    ros2 launch plugrl_ros bridge.launch.py config:=my_robot.yaml [overlay:=more.yaml]
+        [server_uri:=ws://host:8000] [mode:=train|deploy|teleop] [policy_uri:=ws://host:8000]
+        [namespace:=robot1] [log_level:=debug|info|warn|error|fatal]
+
+``overlay`` is a second params file read after ``config`` (its values win), as a
+second ``--params-file`` is: e.g. config/demo_lerobot.yaml over config/demo.yaml.
 
 ``log_level`` is the bridge's own logger's level (ROS's internals stay at
 info, or at the chosen level when it is quieter than info).
@@ -30,6 +33,11 @@ def _bridge(context):
     if not os.path.isfile(config):
         raise LaunchArgumentError(f"config:={config}: no such params file")
     parameters = [config]
+    overlay = LaunchConfiguration("overlay").perform(context)
+    if overlay:
+        if not os.path.isfile(overlay):
+            raise LaunchArgumentError(f"overlay:={overlay}: no such params file")
+        parameters.append(overlay)
     overrides = {}
     for argument, key in (("mode", "mode"), ("server_uri", "trainer.uri"), ("policy_uri", "policy.uri")):
         value = LaunchConfiguration(argument).perform(context)
@@ -65,6 +73,9 @@ def generate_launch_description():
                 "config",
                 default_value=PathJoinSubstitution([FindPackageShare("plugrl_ros"), "config", "bridge.yaml"]),
                 description="the bridge's params file",
+            ),
+            DeclareLaunchArgument(
+                "overlay", default_value="", description="a second params file, read after config (its values win)"
             ),
             DeclareLaunchArgument(
                 "mode", default_value="", description="train, deploy or teleop; overrides the params file's mode"

@@ -522,9 +522,12 @@ def per_env_chunk(horizon: int) -> Callable:
     return actions
 
 
-def record_demo_teleop(record: Path, seconds: float, image_size: int, *person: str) -> tuple[int, str]:
+def record_demo_teleop(
+    record: Path, seconds: float, image_size: int, *person: str, params: tuple[str, ...] = ()
+) -> tuple[int, str]:
     """The demo reachers (timer mode) in teleop mode with the scripted person (``person``: plugrl-demo-teleop's
-    options), recorded into ``record`` for ``seconds``; the bridge's exit status (Ctrl-C) and its output."""
+    options), recorded into ``record`` for ``seconds``; the bridge's exit status (Ctrl-C) and its output.
+    ``params``: the bridge's further ``name:=value`` parameters."""
     demo, intervention = ROOT / "config" / "demo.yaml", ROOT / "config" / "demo_intervention.yaml"
     robot = python_module(
         "plugrl_ros.demo.robot_node", "--envs", "2", "--mode", "timer", "--image-size", str(image_size)
@@ -533,6 +536,7 @@ def record_demo_teleop(record: Path, seconds: float, image_size: int, *person: s
         "plugrl_ros.node.bridge_main",
         *("--ros-args", "--params-file", str(demo), "--params-file", str(intervention)),
         *("-p", "mode:=teleop", "-p", "control.mode:=timer", "-p", f"record.path:={record}"),
+        *(arg for param in params for arg in ("-p", param)),
     )
     with process(robot), process(python_module("plugrl_ros.demo.teleop_node", *person)), process(bridge) as bridged:
         deadline = time.monotonic() + seconds

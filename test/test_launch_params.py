@@ -102,3 +102,24 @@ def test_ros2_param_set_of_a_read_only_parameter_is_refused(workspace, tmp_path)
         listed = ros2_param(workspace, f"list {PARAM} /plugrl_bridge")
         assert "actions.arm.idle" in listed and "episode.max_steps" in listed  # defaults are declared too
         assert "mode timer at 30 Hz" in log.read_text()
+
+
+def test_bridge_launch_reads_an_overlay_after_the_config(workspace, tmp_path):
+    """``overlay:=`` is a second params file over ``config:=`` (config/demo_lerobot.yaml over config/demo.yaml)."""
+    log = tmp_path / "launch.log"
+    config = Path(__file__).resolve().parents[1] / "config"
+    command = (
+        f"ros2 launch plugrl_ros bridge.launch.py config:={config / 'demo.yaml'} "
+        f"overlay:={config / 'demo_lerobot.yaml'} mode:=deploy policy_uri:=ws://127.0.0.1:9"
+    )
+    with workspace.launched(command, log) as proc:
+        wait_for(lambda: started(log, proc), 60, "the bridge starting")
+        assert proc.poll() is None, log.read_text()
+        # the overlay's value wins over demo.yaml's 5; demo.yaml's states stay, the overlay's image joins them
+        assert "Integer value is: 0" in ros2_param(workspace, f"get {PARAM} /plugrl_bridge policy.action_horizon")
+        listed = ros2_param(workspace, f"list {PARAM} /plugrl_bridge")
+        assert "policy.observations.image.camera" in listed and "policy.observations.state.joints" in listed
+    bad = tmp_path / "bad.log"
+    with workspace.launched(f"ros2 launch plugrl_ros bridge.launch.py overlay:={tmp_path / 'none.yaml'}", bad) as proc:
+        wait_for(lambda: proc.poll() is not None, 60, "launch refusing the missing overlay")
+    assert "overlay:=" in bad.read_text() and "no such params file" in bad.read_text()

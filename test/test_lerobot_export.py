@@ -1,6 +1,7 @@
 """``plugrl-export --to lerobot`` on a real recording: a scripted person demonstrates on the demo reachers (robot
-node, a bridge in teleop mode that records, the scripted gamepad), the recording is exported with both video
-codecs and with PNG images, and the folder is read back: with pyarrow and PyAV against LeRobot's v3.0 layout
+node, a bridge in teleop mode that records into a new file every 5 s, the scripted gamepad), the rotated run's
+files are exported together with both video codecs and with PNG images, and the folder is read back: with pyarrow
+and PyAV against LeRobot's v3.0 layout
 (the lerobot extra), and by LeRobot's own ``LeRobotDataset`` where LeRobot is installed (the ``lerobot`` mark).
 The recording's side of every comparison is the per-step arrays the npz export writes of the same files."""
 
@@ -40,9 +41,12 @@ def recording(tmp_path_factory) -> list[Path]:
     record = tmp_path_factory.mktemp("recording")
     # a person who rests now and then (drives only when the arm strays), so demonstrations are cut
     person = ("--minutes", "0", "--stray", "0.05", "--patience", "0.3")
-    code, output = record_demo_teleop(record, RECORD_S, 64, *person)
+    # a rotated run: a new file every 5 s, so demonstrations run across files, as hours-long recordings do
+    code, output = record_demo_teleop(record, RECORD_S, 64, *person, params=("record.max_file_duration_s:=5.0",))
     assert code == 0, output[-3000:]
-    return sorted(record.glob("*.mcap"))
+    files = sorted(record.glob("*.mcap"))
+    assert len(files) >= 2, files
+    return files
 
 
 @pytest.fixture(scope="module")
@@ -245,3 +249,27 @@ def test_lerobots_own_dataset_reads_every_frame_as_recorded(dataset, recorded):
     item = chunked[last]
     assert item["action"].shape == (10, 2) and item["action_is_pad"].tolist() == [False] + [True] * 9
     assert np.array_equal(item["action"][0].numpy(), recorded["action"][last].astype(np.float32))
+
+
+def test_lerobots_own_viewer_saves_an_episode_of_the_png_export(dataset, recorded, tmp_path):
+    """``lerobot-dataset-viz`` (LeRobot's own visualisation, into a rerun .rrd file) reads an episode whole."""
+    pytest.importorskip("lerobot")
+    codec, root = dataset
+    if codec != "png":
+        pytest.skip("the viewer decodes videos with torchcodec, which needs FFmpeg's shared libraries on the machine")
+    import shutil
+    import sys
+
+    viewer = shutil.which("lerobot-dataset-viz", path=str(Path(sys.executable).parent))
+    assert viewer is not None
+    command = [viewer, "--repo-id", "plugrl/demo", "--root", str(root), "--episode-index", "1"]
+    done = subprocess.run(
+        [*command, "--save", "1", "--output-dir", str(tmp_path), "--num-workers", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (saved,) = tmp_path.glob("*.rrd")
+    assert saved.stat().st_size > 1000 * int(recorded["lengths"][1])  # its frames' images and values

@@ -35,7 +35,7 @@ def flat_params(path: Path) -> dict:
 # a second --params-file over a shipped config, with the -p overrides its comment gives
 OVERLAYS = {
     "demo_intervention.yaml": ("demo.yaml", {"control.mode": "timer"}),
-    "demo_lerobot.yaml": ("demo.yaml", {"mode": "deploy", "control.mode": "timer"}),
+    "demo_lerobot.yaml": ("demo.yaml", {"mode": "deploy"}),
 }
 
 
@@ -221,7 +221,7 @@ def test_the_demo_plot_is_optional_on_a_robot_and_installed_by_the_pip_requireme
 def test_the_launch_file_starts_the_bridge_executable_with_the_shipped_config():
     source = (ROOT / "launch" / "bridge.launch.py").read_text()
     arguments = launch_arguments(ROOT / "launch" / "bridge.launch.py")
-    assert arguments == {"config", "mode", "server_uri", "policy_uri", "namespace", "log_level"}
+    assert arguments == {"config", "overlay", "mode", "server_uri", "policy_uri", "namespace", "log_level"}
     assert 'executable="bridge"' in source and '"bridge.yaml"' in source
     from plugrl_ros.executables import EXECUTABLES
 

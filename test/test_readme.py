@@ -122,6 +122,11 @@ EXERCISED = {
     "plugrl-policy-server --sb3 model.zip --config robot.yaml": (
         "mirror: test_sb3.py::test_the_policy_server_answers_with_the_models_deterministic_action"
     ),
+    # the server with the demo's two files (the deploy on the demo reachers), and the bridge that deploys it
+    "plugrl-policy-server --lerobot ": (
+        "mirror: test_lerobot_policy.py::test_the_bridge_deploys_a_lerobot_policy_on_the_demo_reachers"
+    ),
+    "scripts/lerobot-check.sh": "not here: 8 minutes and 8 GB of LeRobot's CUDA torch (a documented stage)",
 }
 
 _COMMAND_WORDS = (

@@ -44,7 +44,7 @@ import numpy as np
 from plugrl_ros.params.policy import SECTION, load_policy_config
 from plugrl_ros.params.section import ConfigError, Section
 from plugrl_ros.serve.policy_server import EXIT_BAD_INPUT, SERVER_NAME, LoadedPolicy, load_and_serve, parse
-from plugrl_ros.serve.request_reader import ConfigMismatch, RequestReader, states_vector_space
+from plugrl_ros.serve.request_reader import ConfigMismatch, RequestReader, _lookup, states_vector_space
 from plugrl_ros.serve.spaces import ParamsFiles, _parameters, robot_spaces
 
 log = logging.getLogger("plugrl_ros.lerobot_policy.policy_server")
@@ -155,9 +155,7 @@ def load(args: argparse.Namespace) -> LoadedPolicy:
         for name, image in row.get("images", {}).items():
             batch[IMAGES + name] = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float() / 255
         if task is not None:
-            path, separator = task
-            text = request.get(separator.join(path)) if separator else _nested(request, path)
-            batch["task"] = str(text or "")
+            batch["task"] = str(_lookup(request, *task) or "")
         return batch
 
     def chunk(batch: dict[str, Any], history: dict | None) -> np.ndarray:
@@ -221,15 +219,6 @@ def _with_history(policy: Any, history: dict, batch: dict[str, Any]) -> Any:
         batch["observation.images"] = torch.stack([batch[key] for key in policy.config.image_features], dim=-4)
     policy._queues = populate_queues(history, batch)
     return policy.predict_action_chunk(batch)
-
-
-def _nested(request: Mapping, path: tuple[str, ...]) -> Any:
-    node: Any = request
-    for part in path:
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(part)
-    return node
 
 
 def serve(args: argparse.Namespace) -> int:
