@@ -134,8 +134,9 @@ def export_lerobot(recording: list[Path], dataset: Path) -> dict[str, int]:
 # -- 3: LeRobot's training ----------------------------------------------------------
 
 
-def lerobot_train(kind: str, dataset: Path, output: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """``lerobot-train`` of policy ``kind`` (act, diffusion) on ``dataset`` into ``output``; what it took."""
+def lerobot_train(kind: str, dataset: Path, output: Path, args: argparse.Namespace, steps: int) -> dict[str, Any]:
+    """``lerobot-train`` of policy ``kind`` (act, diffusion) for ``steps`` on ``dataset`` into ``output``; what it
+    took."""
     model = output / "checkpoints" / "last" / "pretrained_model"
     result_file = output.parent / f"{output.name}_training.json"
     if model.is_dir() and result_file.is_file():
@@ -149,11 +150,11 @@ def lerobot_train(kind: str, dataset: Path, output: Path, args: argparse.Namespa
         "dataset.root": str(dataset),
         "dataset.video_backend": "pyav",
         "output_dir": str(output),
-        "steps": str(args.steps),
+        "steps": str(steps),
         "batch_size": str(args.batch_size),
         "num_workers": "1",
-        "log_freq": str(max(1, args.steps // 20)),
-        "save_freq": str(args.steps),
+        "log_freq": str(max(1, steps // 20)),
+        "save_freq": str(steps),
         "eval_freq": "0",
         "seed": "1000",
         "wandb.enable": "false",
@@ -175,7 +176,7 @@ def lerobot_train(kind: str, dataset: Path, output: Path, args: argparse.Namespa
     ]
     result = {
         "policy": kind,
-        "steps": args.steps,
+        "steps": steps,
         "batch_size": args.batch_size,
         "image_size": args.image_size,
         "options": {k: v for k, v in options.items() if k.startswith("policy.")},
@@ -361,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--demo-minutes", type=float, default=5.0, help="minutes of demonstrations recorded")
     parser.add_argument("--image-size", type=int, default=32, help="the demo camera's pictures, pixels square")
     parser.add_argument("--steps", type=int, default=2000, help="lerobot-train's --steps")
+    parser.add_argument("--diffusion-steps", type=int, help="lerobot-train's --steps for Diffusion Policy (--steps)")
     parser.add_argument("--batch-size", type=int, default=32, help="lerobot-train's --batch_size")
     parser.add_argument("--episodes", type=int, default=40, help="deployed episodes per policy")
     parser.add_argument("--bc-iterations", type=int, default=60, help="RLlib BC's training iterations")
@@ -387,9 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     recording = demonstrations(out / "demonstrations", args.demo_minutes, args.image_size)
     dataset = export_lerobot(recording, out / "lerobot")
     print(f"dataset: {dataset['episodes']} demonstrations, {dataset['frames']} frames", flush=True)
-    trained = {"act": lerobot_train("act", out / "lerobot", out / "act", args)}
+    trained = {"act": lerobot_train("act", out / "lerobot", out / "act", args, args.steps)}
     if args.diffusion:
-        trained["diffusion"] = lerobot_train("diffusion", out / "lerobot", out / "diffusion", args)
+        steps = args.diffusion_steps or args.steps
+        trained["diffusion"] = lerobot_train("diffusion", out / "lerobot", out / "diffusion", args, steps)
     for kind, t in trained.items():
         print(f"{kind}: {t['steps']} steps of {t['batch_size']} in {t['seconds']:.0f} s", flush=True)
     bc = None
