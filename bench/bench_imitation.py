@@ -63,8 +63,10 @@ ACT_OPTIONS = {
     "policy.optimizer_lr_backbone": "1e-4",
     "policy.pretrained_backbone_weights": "null",
 }
+# Diffusion Policy: one observation (the policy server keeps a history per robot of its requests, one per chunk,
+# not one per control step as in training), chunks of 16 steps of which 8 run, a small U-Net, 10 denoising steps
 DIFFUSION_OPTIONS = {
-    "policy.n_obs_steps": "2",
+    "policy.n_obs_steps": "1",
     "policy.horizon": "16",
     "policy.n_action_steps": "8",
     "policy.down_dims": "[64,128,256]",
