@@ -171,11 +171,7 @@ def lerobot_train(kind: str, dataset: Path, output: Path, args: argparse.Namespa
     started = time.monotonic()
     text = run_logged(command, output.parent / f"{output.name}_train.log", f"lerobot-train --policy.type={kind}")
     seconds = time.monotonic() - started
-    # LeRobot's log lines: "step:200 smpl:6K ep:... loss:0.123 grdn:... lr:... updt_s:0.312 data_s:0.010"
-    logged = [
-        (int(m.group(1)), float(m.group(2)), float(m.group(3)))
-        for m in re.finditer(r"step:(\d+)\S* .*?loss:([\d.e+-]+) .*?updt_s:([\d.e+-]+)", text)
-    ]
+    logged = training_log(text, int(options["log_freq"]))
     result = {
         "policy": kind,
         "steps": steps,
@@ -184,11 +180,18 @@ def lerobot_train(kind: str, dataset: Path, output: Path, args: argparse.Namespa
         "options": {k: v for k, v in options.items() if k.startswith("policy.")},
         "seconds": round(seconds, 1),
         "update_s_median": statistics.median(u for _, _, u in logged) if logged else None,
-        "loss": [[s, loss] for s, loss, _ in logged],
+        "loss": [[step, loss] for step, loss, _ in logged],
         "model": str(model),
     }
     result_file.write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+def training_log(text: str, log_freq: int) -> list[tuple[int, float, float]]:
+    """(step, loss, seconds per update) of each of LeRobot's log lines ("step:2K smpl:64K ep:... loss:0.052 ...
+    updt_s:0.312 data_s:0.010"): one every ``log_freq`` steps (its own step count is rounded: 1K, 2K)."""
+    found = re.findall(r" step:\S+ .*?loss:([\d.e+-]+) .*?updt_s:([\d.e+-]+)", text)
+    return [((i + 1) * log_freq, float(loss), float(update)) for i, (loss, update) in enumerate(found)]
 
 
 # -- 5: RLlib's BC, in the rllib venv ----------------------------------------------
