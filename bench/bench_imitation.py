@@ -470,13 +470,14 @@ def plot(table: dict[str, Any], path: Path) -> None:
 
     shown = {name: r for name, r in table["results"].items() if r is not None}
     names = list(shown)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4), width_ratios=[2, 1])
+    labels = [name.replace(" (", "\n(") for name in names]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5), width_ratios=[3, 2])
     left.boxplot([shown[n]["returns"] for n in names], showmeans=True)
-    left.set_xticks(range(1, len(names) + 1), names, rotation=15)
+    left.set_xticks(range(1, len(names) + 1), labels, fontsize=8)
     left.set_ylabel("episode return")
     left.set_title(f"on the demo reachers, {min(r['episodes'] for r in shown.values())} episodes each")
     right.bar(range(len(names)), [shown[n]["success_rate"] for n in names], color="tab:green")
-    right.set_xticks(range(len(names)), names, rotation=15)
+    right.set_xticks(range(len(names)), labels, fontsize=8)
     right.set_ylim(0, 1)
     right.set_ylabel("episodes ending on the target")
     dataset = table["dataset"]
