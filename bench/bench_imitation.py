@@ -463,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(table: dict[str, Any], path: Path) -> None:
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -470,7 +472,7 @@ def plot(table: dict[str, Any], path: Path) -> None:
 
     shown = {name: r for name, r in table["results"].items() if r is not None}
     names = list(shown)
-    labels = [name.replace(" (", "\n(") for name in names]
+    labels = [textwrap.fill(name, 14) for name in names]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5), width_ratios=[3, 2])
     left.boxplot([shown[n]["returns"] for n in names], showmeans=True)
     left.set_xticks(range(1, len(names) + 1), labels, fontsize=8)
