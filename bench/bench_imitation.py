@@ -116,7 +116,18 @@ def demonstrations(folder: Path, minutes: float, image_size: int) -> list[Path]:
         if code != 0:
             sys.exit(f"bench_imitation: the teleop bridge exited with {code}; see {folder / 'teleop.log'}")
         print(f"demonstrations: {60 * minutes:.0f} s recorded in {time.monotonic() - started:.0f} s", flush=True)
-    return sorted(recording.glob("*.mcap"))
+    return recording_parts(recording)
+
+
+def recording_parts(folder: Path) -> list[Path]:
+    """A run's MCAP files in the order they were written: ``plugrl_<start>_<part>.mcap`` by start, then part
+    number (``_10`` after ``_9``, where names alone would put it after ``_1``)."""
+
+    def key(path: Path) -> tuple[str, int]:
+        start, _, part = path.stem.rpartition("_")
+        return (start, int(part)) if part.isdigit() else (path.stem, 0)
+
+    return sorted(folder.glob("*.mcap"), key=key)
 
 
 def export_lerobot(recording: list[Path], dataset: Path) -> dict[str, int]:
@@ -300,7 +311,7 @@ def deploy(
     finally:
         watch.close()
     result = {
-        **episode_figures(name, ended_episodes(sorted(recording.glob("*.mcap")))[: args.episodes]),
+        **episode_figures(name, ended_episodes(recording_parts(recording))[: args.episodes]),
         "request_latency_median_ms": status.latency_ms if status else None,
         "idle_steps_at_boundaries": status.idle_steps if status else None,
         "seconds": round(time.monotonic() - started, 1),
