@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import md_table, ros_env
+from common import DEMONSTRATOR, md_table, record_demo_teleop, ros_env
 
 from plugrl_ros import executables
 from plugrl_ros.shipped import shipped_file
@@ -65,28 +64,11 @@ def record_demonstrations(folder: Path, minutes: float) -> Path:
     if any(demos.glob("*.parquet")):
         return demos
     recording = folder / "recording"
-    config, person = shipped_file("config", "demo.yaml"), shipped_file("config", "demo_intervention.yaml")
-    robot = executables.command("plugrl_ros.demo.robot_node", "--envs", "2", "--mode", "timer", "--seed", "100")
-    # a demonstrator: drives from the first moment and all the way onto the target
-    teleop = executables.command(
-        "plugrl_ros.demo.teleop_node", "--minutes", "0", "--stray", "0", "--patience", "0", "--release", "0.01"
-    )
-    bridge = executables.command(
-        "plugrl_ros.node.bridge_main",
-        *("--ros-args", "--params-file", str(config), "--params-file", str(person)),
-        *("-p", "mode:=teleop", "-p", "control.mode:=timer", "-p", f"record.path:={recording}"),
-    )
+    config = shipped_file("config", "demo.yaml")
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "demonstrations.log", "w") as log:
-        children = [
-            subprocess.Popen(c, stdout=log, stderr=subprocess.STDOUT, env=ros_env()) for c in (robot, teleop, bridge)
-        ]
-        try:
-            time.sleep(60.0 * minutes)
-        finally:
-            for child in reversed(children):  # the bridge first: it idles the reachers and closes the recording
-                child.send_signal(signal.SIGINT)
-                child.wait(30)
+    code = record_demo_teleop(recording, 60.0 * minutes, *DEMONSTRATOR, seed=100, log=folder / "demonstrations.log")
+    if code != 0:
+        sys.exit(f"bench_intervention: the teleop bridge exited with {code}; see {folder / 'demonstrations.log'}")
     export = executables.command(
         "plugrl_ros.record.export",
         *[str(p) for p in sorted(recording.glob("*.mcap"))],

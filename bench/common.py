@@ -313,3 +313,46 @@ class TrainerChild(Child):
 
 def difference(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
     return {k: after[k] - before.get(k, 0) for k in after}
+
+
+# -- the demo reachers driven by the scripted person -----------------------------------
+
+# plugrl-demo-teleop as a demonstrator: drives from the first moment and all the way onto the target
+DEMONSTRATOR = ("--minutes", "0", "--stray", "0", "--patience", "0", "--release", "0.01")
+
+
+def record_demo_teleop(
+    record: Path, seconds: float, *person: str, image_size: int = 64, seed: int | None = None, log: Path | None = None
+) -> int:
+    """The demo reachers (2, timer mode, ``image_size`` pixels square) in teleop mode with the scripted person
+    (``person``: plugrl-demo-teleop's options), recorded into ``record`` for ``seconds``, as a user runs them:
+    the robot node, the scripted gamepad and a bridge with config/demo.yaml and config/demo_intervention.yaml.
+    The bridge's exit status (stopped with Ctrl-C, which closes the recording whole); with ``log``, every
+    process's output is written there."""
+    from plugrl_ros import executables
+    from plugrl_ros.shipped import shipped_file
+
+    config, intervention = shipped_file("config", "demo.yaml"), shipped_file("config", "demo_intervention.yaml")
+    robot = ["--envs", "2", "--mode", "timer", "--image-size", str(image_size)]
+    if seed is not None:
+        robot += ["--seed", str(seed)]
+    bridge = executables.command(
+        "plugrl_ros.node.bridge_main",
+        *("--ros-args", "--params-file", str(config), "--params-file", str(intervention)),
+        *("-p", "mode:=teleop", "-p", "control.mode:=timer", "-p", f"record.path:={record}"),
+    )
+    with children() as started:
+        for command in (
+            executables.command("plugrl_ros.demo.robot_node", *robot),
+            executables.command("plugrl_ros.demo.teleop_node", *person),
+            bridge,
+        ):
+            started.append(Child(command))
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and started[-1].alive():
+            time.sleep(0.5)
+        code = started[-1].stop(30)  # the bridge first: it idles the reachers and closes the recording
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text("".join(f"--- {' '.join(c.command[-6:])}\n{c.output()}" for c in started))
+    return code
