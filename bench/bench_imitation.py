@@ -45,6 +45,7 @@ from typing import Any
 from common import DEMONSTRATOR, ROOT, Child, children, md_table, record_demo_teleop, ros_env, use_own_domain
 
 from plugrl_ros import executables
+from plugrl_ros.record.read import in_written_order
 from plugrl_ros.shipped import shipped_file
 
 TASK = "reach the target"
@@ -120,14 +121,8 @@ def demonstrations(folder: Path, minutes: float, image_size: int) -> list[Path]:
 
 
 def recording_parts(folder: Path) -> list[Path]:
-    """A run's MCAP files in the order they were written: ``plugrl_<start>_<part>.mcap`` by start, then part
-    number (``_10`` after ``_9``, where names alone would put it after ``_1``)."""
-
-    def key(path: Path) -> tuple[str, int]:
-        start, _, part = path.stem.rpartition("_")
-        return (start, int(part)) if part.isdigit() else (path.stem, 0)
-
-    return sorted(folder.glob("*.mcap"), key=key)
+    """A run's MCAP files in the order they were written (``_10`` after ``_9``)."""
+    return in_written_order(list(folder.glob("*.mcap")))
 
 
 def export_lerobot(recording: list[Path], dataset: Path) -> dict[str, int]:

@@ -322,13 +322,19 @@ DEMONSTRATOR = ("--minutes", "0", "--stray", "0", "--patience", "0", "--release"
 
 
 def record_demo_teleop(
-    record: Path, seconds: float, *person: str, image_size: int = 64, seed: int | None = None, log: Path | None = None
+    record: Path,
+    seconds: float,
+    *person: str,
+    image_size: int = 64,
+    seed: int | None = None,
+    params: tuple[str, ...] = (),
+    log: Path | None = None,
 ) -> int:
     """The demo reachers (2, timer mode, ``image_size`` pixels square) in teleop mode with the scripted person
     (``person``: plugrl-demo-teleop's options), recorded into ``record`` for ``seconds``, as a user runs them:
-    the robot node, the scripted gamepad and a bridge with config/demo.yaml and config/demo_intervention.yaml.
-    The bridge's exit status (stopped with Ctrl-C, which closes the recording whole); with ``log``, every
-    process's output is written there."""
+    the robot node, the scripted gamepad and a bridge with config/demo.yaml and config/demo_intervention.yaml
+    (``params``: its further ``name:=value`` parameters). The bridge's exit status (stopped with Ctrl-C, which
+    closes the recording whole); with ``log``, every process's output is written there."""
     from plugrl_ros import executables
     from plugrl_ros.shipped import shipped_file
 
@@ -340,6 +346,7 @@ def record_demo_teleop(
         "plugrl_ros.node.bridge_main",
         *("--ros-args", "--params-file", str(config), "--params-file", str(intervention)),
         *("-p", "mode:=teleop", "-p", "control.mode:=timer", "-p", f"record.path:={record}"),
+        *(arg for param in params for arg in ("-p", param)),
     )
     with children() as started:
         for command in (

@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -526,24 +527,14 @@ def record_demo_teleop(
     record: Path, seconds: float, image_size: int, *person: str, params: tuple[str, ...] = ()
 ) -> tuple[int, str]:
     """The demo reachers (timer mode) in teleop mode with the scripted person (``person``: plugrl-demo-teleop's
-    options), recorded into ``record`` for ``seconds``; the bridge's exit status (Ctrl-C) and its output.
-    ``params``: the bridge's further ``name:=value`` parameters."""
-    demo, intervention = ROOT / "config" / "demo.yaml", ROOT / "config" / "demo_intervention.yaml"
-    robot = python_module(
-        "plugrl_ros.demo.robot_node", "--envs", "2", "--mode", "timer", "--image-size", str(image_size)
-    )
-    bridge = python_module(
-        "plugrl_ros.node.bridge_main",
-        *("--ros-args", "--params-file", str(demo), "--params-file", str(intervention)),
-        *("-p", "mode:=teleop", "-p", "control.mode:=timer", "-p", f"record.path:={record}"),
-        *(arg for param in params for arg in ("-p", param)),
-    )
-    with process(robot), process(python_module("plugrl_ros.demo.teleop_node", *person)), process(bridge) as bridged:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and bridged.proc.poll() is None:
-            time.sleep(0.5)
-        code = bridged.stop(30)  # Ctrl-C: the recording is closed whole
-        return code, bridged.output()
+    options), recorded into ``record`` for ``seconds`` by the benchmarks' own helper (bench/common.py); the
+    bridge's exit status (Ctrl-C) and every process's output. ``params``: the bridge's further parameters."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from common import record_demo_teleop as recorded
+
+    log = record.with_name(record.name + ".log")
+    code = recorded(record, seconds, *person, image_size=image_size, params=params, log=log)
+    return code, log.read_text()
 
 
 def serving_policy(command: list[str], env: dict | None = None) -> tuple[subprocess.Popen, str]:

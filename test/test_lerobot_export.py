@@ -88,7 +88,8 @@ def export(recording: list[Path], out: Path, *args: str) -> subprocess.Completed
 @pytest.fixture(scope="module", params=["lossless", "av1", "png"])
 def dataset(request, recording, tmp_path_factory) -> tuple[str, Path]:
     out = tmp_path_factory.mktemp(f"lerobot_{request.param}") / "dataset"
-    done = export(recording, out, "--task", TASK, "--video-codec", request.param)
+    # the parts given last first: the export reads them in the order they were written
+    done = export(recording[::-1], out, "--task", TASK, "--video-codec", request.param)
     assert done.returncode == 0, done.stderr
     assert "LeRobot episode(s)" in done.stdout, done.stdout
     return request.param, out

@@ -18,7 +18,7 @@ from mcap.reader import NonSeekingReader
 from record_scenario import DA, ENVS, H, call_time, episode_length, play, scenario
 
 from plugrl_ros.record import channels
-from plugrl_ros.record.read import RecordingReader
+from plugrl_ros.record.read import RecordingReader, in_written_order
 from plugrl_ros.record.recorder import Recorder, RecorderState
 from plugrl_ros.record.settings import RecordSettings
 
@@ -209,3 +209,14 @@ def test_the_tools_are_installed_commands():
     assert EXECUTABLES["plugrl-export"] == "plugrl_ros.record.export"
     for name in ("plugrl-record-info", "plugrl-export"):
         assert (Path(sys.executable).parent / name).is_file(), name
+
+
+def test_a_runs_parts_are_read_in_the_order_written_whatever_order_they_are_given_in():
+    run = [Path(f"runs/plugrl_2026_12_01-05_30_00_{part}.mcap") for part in range(12)]
+    other = [Path(f"runs/plugrl_2026_12_01-05_30_00-1_{part}.mcap") for part in range(2)]  # a second run that second
+    shell = sorted(run + other, key=str)  # what runs/*.mcap gives: _10 and _11 before _2
+    assert shell.index(run[10]) < shell.index(run[2])
+    assert in_written_order(shell) == run + other
+    # files not named by the recorder keep the order they were given in
+    renamed = [Path("b.mcap"), run[3], Path("a.mcap")]
+    assert in_written_order(renamed) == renamed

@@ -30,7 +30,7 @@ import numpy as np
 from plugrl_ros.record import channels
 from plugrl_ros.record.deploy_export import DeployEpisodeAssembler
 from plugrl_ros.record.episode_parts import EpisodeArrays
-from plugrl_ros.record.read import RecordingReader
+from plugrl_ros.record.read import RecordingReader, in_written_order
 from plugrl_ros.record.teleop_export import TeleopEpisodeAssembler
 from plugrl_ros.record.train_export import EpisodeAssembler
 
@@ -80,7 +80,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Export a plugrl_ros recording's episodes as arrays (npz), as RLlib offline data (rllib) or as "
         "a LeRobotDataset (lerobot).",
     )
-    parser.add_argument("files", nargs="*", type=Path, help="MCAP files (the parts of a rotated run, in order)")
+    parser.add_argument(
+        "files", nargs="*", type=Path, help="MCAP files (a rotated run's parts: read in the order written)"
+    )
     parser.add_argument(
         "--to",
         nargs="+",
@@ -148,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(p) for p in args.files if not p.is_file()]
     if missing:
         parser.error(f"no such file: {', '.join(missing)}")
+    args.files = in_written_order(args.files)  # a shell's *.mcap puts a run's part _10 before _2
     mode = recorded_mode(args.files[0])
     if fmt == "rllib":
         return _export_rllib(parser, args, mode, out)

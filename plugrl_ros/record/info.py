@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from plugrl_ros.record import channels
-from plugrl_ros.record.read import RecordingReader, labelled, values
+from plugrl_ros.record.read import RecordingReader, in_written_order, labelled, values
 
 
 @dataclass
@@ -184,12 +184,12 @@ def format_summary(summary: Summary) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="plugrl-record-info", description="Summarize plugrl_ros MCAP recordings.")
-    parser.add_argument("files", nargs="+", type=Path, help="MCAP files (the parts of a rotated run, in order)")
+    parser.add_argument("files", nargs="+", type=Path, help="MCAP files (a run's parts: read in the order written)")
     args = parser.parse_args(argv)
     missing = [str(p) for p in args.files if not p.is_file()]
     if missing:
         parser.error(f"no such file: {', '.join(missing)}")
-    print(format_summary(summarize(args.files)))
+    print(format_summary(summarize(in_written_order(args.files))))
     return 0
 
 

@@ -11,6 +11,7 @@ and why the rest is missing.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,9 @@ from mcap.stream_reader import StreamReader
 from mcap_ros2.decoder import DecoderFactory
 
 from plugrl_ros.record import schemas
+
+# how the recorder names its files: the run's start (UTC), a suffix if another run started that second, the part
+_RECORDER_NAME = re.compile(r"(plugrl_.+)_(\d+)\.mcap")
 
 # What reading a cut-off file raises once short reads are refused (below): the end of the data, a
 # record too short to parse, a chunk whose CRC does not match.
@@ -99,6 +103,16 @@ class RecordingReader:
                     if decode is None:
                         decode = decoders[record.channel_id] = factory.decoder_for(channel.message_encoding, schema)
                     yield Recorded(channel.topic, schema.name, record.log_time, record.sequence, decode(record.data))
+
+
+def in_written_order(paths: Sequence[Path]) -> list[Path]:
+    """The files of recordings in the order the recorder wrote them, when all are named as it names them
+    (``plugrl_<start>_<part>.mcap``): by folder, start, then part as a number, so ``_10`` follows ``_9``
+    where a shell's ``*.mcap`` puts it after ``_1``. Files named otherwise keep the order given."""
+    parts = [_RECORDER_NAME.fullmatch(path.name) for path in paths]
+    if not paths or not all(parts):
+        return list(paths)
+    return [path for _, path in sorted(zip(parts, paths), key=lambda p: (str(p[1].parent), p[0][1], int(p[0][2])))]
 
 
 def read_all(paths: Sequence[Path]) -> Iterator[tuple[RecordingReader, Recorded]]:
