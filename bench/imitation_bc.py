@@ -18,10 +18,41 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+def bc_config(params_file: Path, offline: Path, seed: int) -> Any:
+    """RLlib's BC on the demonstrations ``plugrl-export --to rllib`` wrote into ``offline``, for the robot of
+    ``params_file`` (its states; no images), with the connectors an env runner of it would build."""
+    from ray.rllib.algorithms.bc import BCConfig
+    from ray.rllib.connectors.env_to_module import FlattenObservations
+
+    from plugrl_ros.serve.spaces import robot_spaces
+
+    spaces = robot_spaces(params_file, images=[], state_dims={"target": 4})
+    return (
+        BCConfig()
+        .environment(observation_space=spaces.observation_space, action_space=spaces.action_space)
+        .env_runners(env_to_module_connector=lambda env, spaces, device: [FlattenObservations()])
+        .offline_data(
+            input_=[str(offline.resolve())],
+            input_read_episodes=True,
+            dataset_num_iters_per_learner=1,
+            # one reading task: Ray Data's map over two CPUs would leave none to list the files
+            map_batches_kwargs={"concurrency": 1, "num_cpus": 1},
+        )
+        .training(
+            train_batch_size_per_learner=64,
+            lr=3e-3,
+            learner_connector=lambda obs_space, act_space: FlattenObservations(as_learner_connector=True),
+        )
+        .learners(num_learners=0)
+        .debugging(seed=seed)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,31 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import ray
-    from ray.rllib.algorithms.bc import BCConfig
-    from ray.rllib.connectors.env_to_module import FlattenObservations
 
-    from plugrl_ros.serve.spaces import robot_spaces
-
-    spaces = robot_spaces(args.config, images=[], state_dims={"target": 4})
-    config = (
-        BCConfig()
-        .environment(observation_space=spaces.observation_space, action_space=spaces.action_space)
-        .env_runners(env_to_module_connector=lambda env, spaces, device: [FlattenObservations()])
-        .offline_data(
-            input_=[str(args.offline.resolve())],
-            input_read_episodes=True,
-            dataset_num_iters_per_learner=1,
-            # one reading task: Ray Data's map over two CPUs would leave none to list the files
-            map_batches_kwargs={"concurrency": 1, "num_cpus": 1},
-        )
-        .training(
-            train_batch_size_per_learner=64,
-            lr=3e-3,
-            learner_connector=lambda obs_space, act_space: FlattenObservations(as_learner_connector=True),
-        )
-        .learners(num_learners=0)
-        .debugging(seed=args.seed)
-    )
+    config = bc_config(args.config, args.offline, args.seed)
     started = time.monotonic()
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:

@@ -211,29 +211,13 @@ def test_bc_learns_from_exported_demonstrations_to_reach_the_target_where_a_rand
 
 
 def train_bc(offline: Path):
+    """BC as bench/imitation_bc.py configures it (the imitation benchmark's BC arm), 60 iterations."""
     import ray
-    from ray.rllib.algorithms.bc import BCConfig
-    from ray.rllib.connectors.env_to_module import FlattenObservations
 
-    spaces = demo_spaces()
-    config = (
-        BCConfig()
-        .environment(observation_space=spaces.observation_space, action_space=spaces.action_space)
-        .offline_data(
-            input_=[str(offline)],
-            input_read_episodes=True,
-            dataset_num_iters_per_learner=1,
-            # one reading task: Ray Data's map over two CPUs would leave none to list the files
-            map_batches_kwargs={"concurrency": 1, "num_cpus": 1},
-        )
-        .training(
-            train_batch_size_per_learner=64,
-            lr=3e-3,
-            learner_connector=lambda obs_space, act_space: FlattenObservations(as_learner_connector=True),
-        )
-        .learners(num_learners=0)
-        .debugging(seed=0)
-    )
+    sys.path.insert(0, str(ROOT / "bench"))
+    from imitation_bc import bc_config
+
+    config = bc_config(DEMO, offline, seed=0)
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
         algo = config.build_algo()
