@@ -225,6 +225,21 @@ def test_the_executable_refuses_a_params_file_of_another_robot(checkpoint, tmp_p
     assert "observations.states.joints" in said
 
 
+def test_the_request_reader_reads_the_text_where_the_params_files_send_one(checkpoint, tmp_path: Path):
+    """A language policy's task: the key a second params file maps to the text source (files read in order)."""
+    from plugrl_ros.rllib.checkpoint_policy import load_checkpoint_policy
+    from plugrl_ros.serve.request_reader import RequestReader
+
+    path, _ = checkpoint
+    policy = load_checkpoint_policy(path)
+    overlay = tmp_path / "prompt.yaml"
+    overlay.write_text("/**:\n  ros__parameters:\n    policy:\n      observations:\n        prompt: text\n")
+    spaces = (policy.observation_space, policy.action_space)
+    reader = RequestReader.from_params_file([DEMO, overlay], *spaces)
+    assert reader.text({"prompt": "reach the target"}) == "reach the target" and reader.text({}) == ""
+    assert RequestReader.from_params_file(DEMO, *spaces).text({"prompt": "reach the target"}) is None
+
+
 def test_the_horizon_given_must_fit_the_checkpoints_actions(checkpoint):
     from plugrl_ros.rllib.checkpoint_policy import load_checkpoint_policy
     from plugrl_ros.serve.request_reader import ConfigMismatch, RequestReader

@@ -41,11 +41,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from plugrl_ros.params.policy import SECTION, load_policy_config
-from plugrl_ros.params.section import ConfigError, Section
+from plugrl_ros.params.section import ConfigError
+from plugrl_ros.serve.chunks import ChunkMapping
 from plugrl_ros.serve.policy_server import EXIT_BAD_INPUT, SERVER_NAME, LoadedPolicy, load_and_serve, parse
-from plugrl_ros.serve.request_reader import ConfigMismatch, RequestReader, _lookup, states_vector_space
-from plugrl_ros.serve.spaces import ParamsFiles, _parameters, robot_spaces
+from plugrl_ros.serve.request_reader import ConfigMismatch, RequestReader, states_vector_space
+from plugrl_ros.serve.spaces import ParamsFiles, configured_names, robot_spaces
 
 log = logging.getLogger("plugrl_ros.lerobot_policy.policy_server")
 
@@ -88,9 +88,7 @@ def load_policy(folder: str | Path) -> tuple[Any, Any, Any]:
 def observation_space(features: Mapping[str, Any], params_file: ParamsFiles) -> gym.spaces.Dict:
     """The robot's ``{"states", "images"}`` space that gives the policy's input ``features`` (ConfigMismatch if
     the file cannot give one of them)."""
-    observations = _parameters(params_file).get("observations", {})
-    states = sorted((observations.get("states") or {}).keys())
-    images = sorted((observations.get("images") or {}).keys())
+    states, images = configured_names(params_file)
     groups: dict[str, gym.spaces.Dict] = {}
     for key, feature in sorted(features.items()):
         shape = tuple(int(n) for n in feature.shape)
@@ -107,18 +105,6 @@ def observation_space(features: Mapping[str, Any], params_file: ParamsFiles) -> 
                 f"{images}, as plugrl-export --to lerobot names them"
             )
     return gym.spaces.Dict(groups)
-
-
-def text_key(params_file: ParamsFiles) -> tuple[tuple[str, ...], str] | None:
-    """The request key that holds the task's text (the file's ``text`` source), and the separator; None if none."""
-    values = _parameters(params_file)
-    observations = Section(values, "").section("observations")
-    sources = {f"{group}.{name}" for group in ("states", "images") for name in observations.section(group).names()}
-    layout = load_policy_config(values.get(SECTION, {}), sources | {"text"}, prefix=SECTION).layout
-    for item in layout.inputs:
-        if item.source == "text":
-            return item.path, layout.separator
-    return None
 
 
 def chunk_length(config: Any) -> int:
@@ -140,10 +126,8 @@ def load(args: argparse.Namespace) -> LoadedPolicy:
     if horizon > chunk_length(config):
         raise PolicyError(f"--horizon {horizon}: the policy predicts {chunk_length(config)} steps at a time")
     space = observation_space(config.input_features, args.config)
-    step = _step_space(args.config, space, action_dim)
-    chunk_space = gym.spaces.Box(np.tile(step.low, horizon), np.tile(step.high, horizon), dtype=np.float32)
+    chunk_space = ChunkMapping(horizon, action_dim).chunk_space(_step_space(args.config, space, action_dim))
     reader = RequestReader.from_params_file(args.config, space, chunk_space, horizon)
-    task = text_key(args.config)
     states = list(space.spaces["states"].spaces) if "states" in space.spaces else []
 
     def features(request: Any) -> dict[str, Any]:
@@ -154,8 +138,9 @@ def load(args: argparse.Namespace) -> LoadedPolicy:
             batch[STATE] = torch.from_numpy(state)[None]
         for name, image in row.get("images", {}).items():
             batch[IMAGES + name] = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float() / 255
+        task = reader.text(request)
         if task is not None:
-            batch["task"] = str(_lookup(request, *task) or "")
+            batch["task"] = task
         return batch
 
     def chunk(batch: dict[str, Any], history: dict | None) -> np.ndarray:

@@ -34,7 +34,7 @@ import numpy as np
 from plugrl_ros.params.section import ConfigError
 from plugrl_ros.serve.policy_server import EXIT_BAD_INPUT, SERVER_NAME, LoadedPolicy, load_and_serve, parse
 from plugrl_ros.serve.request_reader import ConfigMismatch, RequestReader, states_vector_space
-from plugrl_ros.serve.spaces import ParamsFiles, _parameters
+from plugrl_ros.serve.spaces import ParamsFiles, configured_names
 
 log = logging.getLogger("plugrl_ros.sb3.policy_server")
 
@@ -87,9 +87,7 @@ def nested_space(model_space: gym.spaces.Space, params_file: ParamsFiles) -> tup
     A ``Dict`` model space names states and images (RobotVecEnv's default form); a flat ``Box`` is the
     file's states, concatenated in name order (``observation="box"``).
     """
-    observations = _parameters(params_file).get("observations", {})
-    states = sorted((observations.get("states") or {}).keys())
-    images = sorted((observations.get("images") or {}).keys())
+    states, images = configured_names(params_file)
     if isinstance(model_space, gym.spaces.Dict):
         groups: dict[str, dict[str, gym.spaces.Space]] = {"states": {}, "images": {}}
         for name, box in model_space.spaces.items():

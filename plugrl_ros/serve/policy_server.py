@@ -94,11 +94,11 @@ class PolicyServer:
             "action_dim": self.loaded.action_dim,
         }
 
-    def answer(self, request: Any, act: Callable[[Any], np.ndarray] | None = None) -> dict[str, Any]:
-        """The answer to one decoded request (raises on a request unlike the policy's observations); ``act``:
-        the connection's own, for a policy that keeps a history."""
+    def answer(self, request: Any, act: Callable[[Any], np.ndarray]) -> dict[str, Any]:
+        """The answer of ``act`` (the connection's) to one decoded request (raises on a request unlike the
+        policy's observations)."""
         started = time.perf_counter()
-        actions = (act or self.loaded.act)(request)
+        actions = act(request)
         return {ACTION_KEY: actions, "server_timing": {"infer_ms": (time.perf_counter() - started) * 1000}}
 
     async def start(self) -> int:

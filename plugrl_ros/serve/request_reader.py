@@ -43,6 +43,7 @@ class RequestReader:
     separator: str
     space: gym.spaces.Dict
     chunks: ChunkMapping
+    text_key: tuple[str, ...] | None = None  # the request's key path of the text source, if the file sends it
 
     @classmethod
     def from_params_file(
@@ -71,7 +72,8 @@ class RequestReader:
         layout = load_policy_config(values[SECTION], sources | {"text"}, prefix=SECTION).layout
         keys = _keys(layout, wanted, params_file)
         spaces = _file_spaces(params_file, observation_space, action_space, horizon)
-        return cls(keys, layout.separator, observation_space, spaces)
+        text = next((item.path for item in layout.inputs if item.source == "text"), None)
+        return cls(keys, layout.separator, observation_space, spaces, text)
 
     def observation(self, request: Any) -> dict[str, dict[str, np.ndarray]]:
         """One observation of :attr:`space` from a decoded request; SpaceMismatch naming the key otherwise."""
@@ -93,6 +95,12 @@ class RequestReader:
         except SpaceMismatch as exc:
             raise SpaceMismatch(exc.args[0] if exc.args else "request", str(exc)) from None
         return row
+
+    def text(self, request: Mapping) -> str | None:
+        """The request's text (a language policy's task), if the file sends one ("" if this request has none)."""
+        if self.text_key is None:
+            return None
+        return str(_lookup(request, self.text_key, self.separator) or "")
 
 
 def states_vector_space(width: int, params_file: ParamsFiles, states: list[str]) -> gym.spaces.Dict:

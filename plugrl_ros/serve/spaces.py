@@ -135,6 +135,12 @@ def robot_spaces(
 # -- the file ---------------------------------------------------------------------------
 
 
+def configured_names(params_file: ParamsFiles) -> tuple[list[str], list[str]]:
+    """The names of the states and of the images the params file configures, each sorted."""
+    observations = _parameters(params_file).get("observations", {})
+    return sorted((observations.get("states") or {}).keys()), sorted((observations.get("images") or {}).keys())
+
+
 def _parameters(params_files: ParamsFiles) -> dict[str, Any]:
     """The nested ``ros__parameters`` of a params file, or of several read in order as rcl reads
     ``--params-file`` after ``--params-file`` (a later file's value wins), with dotted names folded in."""
